@@ -1,0 +1,80 @@
+"""Model-family facts that a ``config.json`` leaves implicit (torch-free).
+
+Each entry mirrors what the transformers 5.24 config class of that ``model_type`` supplies when the hub
+file omits a key: the default ``rope_theta``, class defaults such as Gemma-3's sparse text config,
+how M-RoPE frequencies are laid out, and which key holds the rotary head size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+MropeLayout = Literal["chunked", "interleaved"]
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """What a model type implies beyond its config file."""
+
+    default_theta: float = 10_000.0
+    class_defaults: MappingProxyType[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    mrope_section: tuple[int, ...] | None = None
+    mrope_layout: MropeLayout | None = None
+    head_dim_key: str | None = None
+    legacy_longrope_aliases: frozenset[str] = frozenset({"su"})
+    pairing: Literal["neox", "gptj"] = "neox"
+
+
+def _family(**kwargs: Any) -> ModelFamily:
+    defaults = kwargs.pop("class_defaults", {})
+    return ModelFamily(class_defaults=MappingProxyType(defaults), **kwargs)
+
+
+_QWEN2_VL = _family(default_theta=1e6, mrope_section=(16, 24, 24), mrope_layout="chunked")
+_QWEN3_VL = _family(default_theta=5e5, mrope_section=(24, 20, 20), mrope_layout="interleaved")
+_GLM4V = _family(mrope_section=(8, 12, 12), mrope_layout="chunked", pairing="gptj")
+_GEMMA3_TEXT = _family(
+    default_theta=1e6,
+    class_defaults={
+        "rope_theta": 1e6,
+        "rope_local_base_freq": 10_000.0,
+        "head_dim": 256,
+        "max_position_embeddings": 131_072,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "sliding_window_pattern": 6,
+    },
+)
+_DEEPSEEK = _family(head_dim_key="qk_rope_head_dim", pairing="gptj")
+
+FAMILIES: dict[str, ModelFamily] = {
+    "qwen2_vl": _QWEN2_VL,
+    "qwen2_vl_text": _QWEN2_VL,
+    "qwen2_5_vl": _QWEN2_VL,
+    "qwen2_5_vl_text": _QWEN2_VL,
+    "qwen2_5_omni": _QWEN2_VL,
+    "qwen3_vl": _QWEN3_VL,
+    "qwen3_vl_text": _QWEN3_VL,
+    "qwen3_vl_moe": _QWEN3_VL,
+    "qwen3_vl_moe_text": _QWEN3_VL,
+    "qwen3_5": _family(default_theta=1e7, mrope_section=(11, 11, 10), mrope_layout="interleaved"),
+    "qwen3_5_text": _family(default_theta=1e7, mrope_section=(11, 11, 10), mrope_layout="interleaved"),
+    "glm4v": _GLM4V,
+    "glm4v_text": _GLM4V,
+    "gemma3": _GEMMA3_TEXT,
+    "gemma3_text": _GEMMA3_TEXT,
+    "deepseek_v2": _DEEPSEEK,
+    "deepseek_v3": _DEEPSEEK,
+    "phi3": _family(legacy_longrope_aliases=frozenset({"su", "yarn"})),
+    "glm": _family(pairing="gptj"),
+    "cohere": _family(pairing="gptj"),
+}
+
+GENERIC = ModelFamily()
+
+
+def family_of(model_type: str | None) -> ModelFamily:
+    """The family entry for ``model_type``; the generic Llama-like family when unknown."""
+    return FAMILIES.get(model_type or "", GENERIC)

@@ -1,0 +1,191 @@
+"""cos/sin tables for 1-D positions, with a bounded cache shared across requests.
+
+Exactness model (transformers 5.24, spec §4.1): ``angle = float32(p) · inv_freq`` (one float32 multiply),
+``cos(angle) · attention_factor`` in float32, then a cast to the output dtype. A cached table row is the
+same elementwise computation, so gathering rows is bit-identical to computing them directly.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from ropeserve.config import RopeParams
+from ropeserve.rope.registry import compute_inv_freq
+
+Pairing = Literal["neox", "gptj"]
+PAIRINGS: tuple[Pairing, ...] = ("neox", "gptj")
+TABLE_ROW_CAP = 1 << 18
+"""Positions at or beyond this many rows are computed directly instead of through the cached table."""
+
+
+def effective_length(params: RopeParams, max_position: int, seq_len_cached: int | None = None) -> int | None:
+    """The ``seq_len`` a length-dependent rope type uses for positions up to ``max_position``.
+
+    dynamic: transformers recomputes when ``L = max_position + 1`` exceeds its cached length ``c``
+    (default ``max_position_embeddings``), restores the original below ``max_position_embeddings``, and
+    otherwise keeps ``c`` (hysteresis). longrope: ``L`` picks the long factors above the original length.
+    Other types ignore the length (``None``).
+    """
+    length = max_position + 1
+    if params.rope_type == "longrope":
+        return length
+    if params.rope_type != "dynamic":
+        return None
+    original = params.max_position_embeddings
+    cached = max(seq_len_cached or original, original)
+    if length > cached:
+        return length
+    return original if length < original else cached
+
+
+def _length_key(params: RopeParams, seq_len: int | None) -> int | None:
+    """Collapse lengths that give identical frequencies (longrope has two sets; dynamic ≤ M is the init)."""
+    if seq_len is None:
+        return None
+    if params.rope_type == "longrope":
+        return int(seq_len > params.original_max_position_embeddings)
+    return max(seq_len, params.max_position_embeddings)
+
+
+@dataclass
+class RopeTable:
+    """Frequencies and a lazily grown half-width table for one (params, length, device).
+
+    ``rows``: (cos, sin), each [rows, n_freq] float32, already multiplied by ``attention_factor``; replaced
+    as one tuple when grown, so concurrent readers always see a matching pair.
+    """
+
+    inv_freq: torch.Tensor
+    attention_factor: float
+    rows: tuple[torch.Tensor, torch.Tensor]
+
+    @classmethod
+    def build(cls, params: RopeParams, seq_len: int | None, device: torch.device) -> RopeTable:
+        inv_freq, attention_factor = compute_inv_freq(params, seq_len)
+        inv_freq = inv_freq.to(device)
+        empty = torch.empty(0, inv_freq.numel(), dtype=torch.float32, device=device)
+        return cls(inv_freq, float(attention_factor), (empty, empty))
+
+    def half_angles(self, positions: torch.Tensor) -> torch.Tensor:
+        """``float32(p) · inv_freq``: [*positions.shape, n_freq] float32."""
+        return positions.to(device=self.inv_freq.device, dtype=torch.float32)[..., None] * self.inv_freq
+
+    def compute_half(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Scaled cos/sin for ``positions`` straight from the formula: 2 × [*positions.shape, n_freq]."""
+        angles = self.half_angles(positions)
+        return angles.cos() * self.attention_factor, angles.sin() * self.attention_factor
+
+    def gather_half(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Scaled cos/sin for non-negative ``positions`` via the cached table (grown as needed)."""
+        positions = positions.to(self.inv_freq.device)
+        if positions.numel() == 0:
+            return self.compute_half(positions)
+        top = int(positions.max())
+        if int(positions.min()) < 0 or top >= TABLE_ROW_CAP:
+            return self.compute_half(positions)
+        cos_rows, sin_rows = self.rows
+        if top >= cos_rows.shape[0]:
+            count = min(TABLE_ROW_CAP, 1 << max(top, 1).bit_length())
+            self.rows = cos_rows, sin_rows = self.compute_half(
+                torch.arange(count, device=self.inv_freq.device)
+            )
+        return cos_rows[positions], sin_rows[positions]
+
+
+class TableCache:
+    """Bounded, thread-safe LRU of ``RopeTable`` keyed by (params, length key, device)."""
+
+    def __init__(self, max_entries: int = 64) -> None:
+        self.max_entries = max_entries
+        self._tables: OrderedDict[tuple[object, ...], RopeTable] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, params: RopeParams, seq_len: int | None, device: torch.device) -> RopeTable:
+        key = (params, _length_key(params, seq_len), str(device))
+        with self._lock:
+            table = self._tables.get(key)
+            if table is not None:
+                self._tables.move_to_end(key)
+                self.hits += 1
+                return table
+            self.misses += 1
+        table = RopeTable.build(params, seq_len, device)
+        with self._lock:
+            self._tables[key] = table
+            while len(self._tables) > self.max_entries:
+                self._tables.popitem(last=False)
+        return table
+
+    def __len__(self) -> int:
+        return len(self._tables)
+
+
+DEFAULT_CACHE = TableCache()
+
+
+def expand_pairing(half: torch.Tensor, pairing: Pairing) -> torch.Tensor:
+    """Half-width [..., n] -> full width [..., 2n]: NeoX duplicates halves, GPT-J repeats each entry."""
+    if pairing == "neox":
+        return torch.cat((half, half), dim=-1)
+    return torch.repeat_interleave(half, 2, dim=-1)
+
+
+@dataclass(frozen=True)
+class CosSin:
+    """cos/sin for a set of positions. ``cos``/``sin``: [*positions.shape, width] in the requested dtype."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    attention_factor: float
+    inv_freq: torch.Tensor
+    max_abs_error: float | None
+    """Max |cast − float32| over cos and sin when a low-precision dtype was asked; else None."""
+
+
+def cast_with_error(
+    cos: torch.Tensor, sin: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor, float | None]:
+    """Cast float32 cos/sin to ``dtype`` and measure the max abs error the cast introduced."""
+    if dtype == torch.float32:
+        return cos, sin, None
+    cos_low, sin_low = cos.to(dtype), sin.to(dtype)
+    error = 0.0
+    if cos.numel():
+        error = max(
+            float((cos_low.float() - cos).abs().max()),
+            float((sin_low.float() - sin).abs().max()),
+        )
+    return cos_low, sin_low, error
+
+
+def rope_cos_sin(
+    params: RopeParams,
+    positions: torch.Tensor,
+    *,
+    pairing: Pairing = "neox",
+    dtype: torch.dtype = torch.float32,
+    seq_len_cached: int | None = None,
+    cache: TableCache | None = DEFAULT_CACHE,
+    device: torch.device | str = "cpu",
+) -> CosSin:
+    """cos/sin of ``params`` at integer ``positions`` (any shape): [*positions.shape, width].
+
+    ``width`` is ``rotary_dim`` (``head_dim`` for ``proportional``). Length-dependent types use
+    ``max(positions) + 1`` (see ``effective_length``).
+    """
+    device = torch.device(device)
+    max_position = int(positions.max()) if positions.numel() else 0
+    seq_len = effective_length(params, max_position, seq_len_cached)
+    table = (cache or TableCache(1)).get(params, seq_len, device)
+    cos_half, sin_half = table.gather_half(positions)
+    cos, sin, error = cast_with_error(
+        expand_pairing(cos_half, pairing), expand_pairing(sin_half, pairing), dtype
+    )
+    return CosSin(cos, sin, table.attention_factor, table.inv_freq, error)
