@@ -1,0 +1,72 @@
+"""App factory: ``create_app(settings)`` wires routes, problem handlers, middleware and the lifespan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import torch
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from ropeserve import __version__
+from ropeserve.api import routes_health, routes_rope
+from ropeserve.api.middleware import ServiceMiddleware, configure_access_log
+from ropeserve.api.problems import install_problem_handlers
+from ropeserve.api.runtime import Runtime
+from ropeserve.config import from_explicit
+from ropeserve.rope import rope_cos_sin
+from ropeserve.settings import Settings, get_settings
+
+logger = logging.getLogger("ropeserve")
+ROUTERS = [routes_health.router, routes_rope.router]
+DESCRIPTION = (
+    "Reference service for position encodings in LLM serving: position ids (1-D and M-RoPE), cos/sin for "
+    "every RoPE variant, Q/K rotation over safetensors, and config lint. Errors are application/problem+json."
+)
+
+
+def warm_up(runtime: Runtime) -> None:
+    """Run each hot path once so the first request pays no first-call cost; then mark ready."""
+    params = from_explicit({"rope_type": "default", "rope_theta": 10000.0, "head_dim": 128})
+    rope_cos_sin(params, torch.arange(1024), cache=runtime.tables, device=runtime.device)
+    for hook in runtime.extensions.get("warmups", []):  # type: ignore[union-attr]
+        hook(runtime)
+    runtime.set_ready(True)
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    runtime: Runtime = app.state.runtime
+    for start in runtime.extensions.get("startups", []):  # type: ignore[union-attr]
+        await start(runtime)
+    warm_up(runtime)
+    logger.info("ropeserve %s ready on %s", __version__, runtime.device)
+    try:
+        yield
+    finally:
+        runtime.draining = True
+        runtime.set_ready(False)
+        for stop in runtime.extensions.get("shutdowns", []):  # type: ignore[union-attr]
+            await stop(runtime)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    runtime = Runtime.create(settings)
+    app = FastAPI(title="ropeserve", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    app.state.runtime = runtime
+    runtime.metrics.build_info.labels(
+        version=__version__, device=str(runtime.device), kernel=str(runtime.extensions.get("kernel", "native"))
+    ).set(1)
+    for router in ROUTERS:
+        app.include_router(router)
+    install_problem_handlers(app)
+    configure_access_log(settings.access_log)
+    app.add_middleware(ServiceMiddleware, settings=settings, metrics=runtime.metrics)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"], allow_headers=["*"]
+        )
+    return app

@@ -1,0 +1,110 @@
+"""Render every failure as RFC 9457 ``application/problem+json`` and declare it in OpenAPI."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ropeserve.errors import PROBLEM_BASE_URI, ServiceError
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+logger = logging.getLogger("ropeserve.api")
+
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["type", "title", "status", "detail"],
+    "properties": {
+        "type": {"type": "string", "format": "uri"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "field": {"type": "string", "description": "The offending input, as a dotted path or JSON pointer."},
+        "instance": {"type": "string"},
+    },
+}
+STATUS_DESCRIPTIONS = {
+    400: "Malformed payload (invalid JSON or safetensors bytes)",
+    401: "Missing or invalid bearer token",
+    406: "No acceptable response media type",
+    413: "Payload too large",
+    415: "Unsupported media type",
+    422: "Invalid input or limit exceeded",
+    429: "Overloaded (Retry-After)",
+    503: "Not ready or draining (Retry-After)",
+}
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses=`` entries declaring problem+json bodies for ``statuses``."""
+    return {
+        status: {
+            "description": STATUS_DESCRIPTIONS.get(status, "Error"),
+            "content": {PROBLEM_MEDIA_TYPE: {"schema": PROBLEM_SCHEMA}},
+        }
+        for status in statuses
+    }
+
+
+def problem_response(body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(body, status_code=body["status"], headers=headers, media_type=PROBLEM_MEDIA_TYPE)
+
+
+def _generic_problem(status: int, slug: str, title: str, detail: str, field: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"type": PROBLEM_BASE_URI + slug, "title": title, "status": status, "detail": detail}
+    if field is not None:
+        body["field"] = field
+    return body
+
+
+async def _service_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ServiceError)
+    request.state.error_type = exc.slug
+    return problem_response(exc.to_problem(instance=request.url.path), exc.headers)
+
+
+def _location(loc: tuple[Any, ...]) -> str:
+    parts = [str(part) for part in loc if part not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "body"
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
+    field = _location(tuple(first.get("loc", ())))
+    detail = "; ".join(f"{_location(tuple(e.get('loc', ())))}: {e.get('msg')}" for e in errors[:5])
+    if any(error.get("type") == "json_invalid" for error in errors):
+        request.state.error_type = "malformed-payload"
+        return problem_response(_generic_problem(400, "malformed-payload", "Malformed payload", detail, "body"))
+    request.state.error_type = "invalid-input"
+    body = _generic_problem(422, "invalid-input", "Invalid input", detail, field)
+    return problem_response(body)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+    request.state.error_type = slug
+    body = _generic_problem(
+        exc.status_code, slug, str(exc.detail), f"{request.method} {request.url.path}: {exc.detail}"
+    )
+    return problem_response(body, dict(exc.headers or {}))
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    logger.exception("unhandled error on %s %s", request.method, request.url.path)
+    request.state.error_type = "internal"
+    body = _generic_problem(500, "internal", "Internal error", "an unexpected error occurred; it has been logged")
+    return problem_response(body)
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected_error)

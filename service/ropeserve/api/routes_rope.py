@@ -1,0 +1,76 @@
+"""``POST /v1/rope/cos-sin``: cos/sin tables for 1-D positions, for every rope type of the registry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import Field
+
+from ropeserve.api.negotiation import TENSOR_RESPONSES, tensor_response
+from ropeserve.api.problems import problem_responses
+from ropeserve.api.runtime import RuntimeDep
+from ropeserve.api.schemas import DTYPES, DtypeName, PairingName, PositionRange, RopeSource, positions_tensor
+from ropeserve.errors import InvalidInput, check_limit
+from ropeserve.rope import rope_cos_sin, rotated_width
+
+router = APIRouter(tags=["rope"])
+
+
+class CosSinRequest(RopeSource):
+    positions: list[int] | PositionRange = Field(
+        ..., description="Positions as a list, or a range {start, stop, step}.", examples=[[0, 1, 2]]
+    )
+    dtype: DtypeName = Field("float32", description="Output dtype; computation is always float32.")
+    pairing: PairingName | None = Field(
+        None, description="neox (rotate-half, halves duplicated) or gptj (adjacent pairs); default: the model's."
+    )
+    seq_len_cached: int | None = Field(
+        None,
+        ge=1,
+        description="dynamic NTK only: the longest length the model has already seen (transformers' "
+        "max_seq_len_cached; default max_position_embeddings). Reproduces its hysteresis.",
+    )
+
+
+@router.post(
+    "/v1/rope/cos-sin",
+    summary="cos/sin for 1-D positions",
+    description="Computes cos/sin exactly as transformers 5.24 does (float32 angles, attention factor applied, "
+    "then cast). Results: [N, width] with width = rotary_dim (head_dim for proportional). For bfloat16/float16 "
+    "the max abs error against float32 is reported.",
+    responses={**TENSOR_RESPONSES, **problem_responses(406, 413, 422)},
+    response_class=Response,
+)
+def cos_sin(body: CosSinRequest, request: Request, runtime: RuntimeDep) -> Response:
+    settings = runtime.settings
+    params, default_pairing = body.resolve()
+    positions = positions_tensor(body.positions, settings.max_positions)
+    width = rotated_width(params)
+    check_limit(2 * positions.numel() * width, settings.max_table_elements, "table elements (cos+sin)", "positions")
+    if params.rope_type == "dynamic" and body.seq_len_cached is None and positions.numel() == 0:
+        raise InvalidInput("dynamic NTK needs at least one position", field="positions")
+    pairing = body.pairing or default_pairing
+    result = rope_cos_sin(
+        params,
+        positions,
+        pairing=pairing,
+        dtype=DTYPES[body.dtype],
+        seq_len_cached=body.seq_len_cached,
+        cache=runtime.tables,
+    )
+    meta: dict[str, Any] = {
+        "rope_type": params.rope_type,
+        "head_dim": params.head_dim,
+        "rotary_dim": params.rotary_dim,
+        "width": width,
+        "attention_factor": result.attention_factor,
+        "pairing": pairing,
+        "dtype": body.dtype,
+        "count": int(positions.numel()),
+        "max_abs_error": result.max_abs_error,
+        "params": params.as_dict(),
+    }
+    tensors = {"cos": result.cos, "sin": result.sin, "inv_freq": result.inv_freq}
+    return tensor_response(request, tensors, meta, settings.json_response_max_elements)

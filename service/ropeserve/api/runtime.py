@@ -1,0 +1,52 @@
+"""Per-app runtime state: settings, metrics, device, table cache, readiness. Reached via ``get_runtime``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated
+
+import torch
+from fastapi import Depends, Request
+
+from ropeserve.metrics import Metrics
+from ropeserve.rope import TableCache
+from ropeserve.settings import Settings
+
+
+def resolve_device(choice: str) -> torch.device:
+    """``auto`` -> CUDA when available, else CPU."""
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(choice)
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    metrics: Metrics
+    device: torch.device
+    tables: TableCache
+    ready: bool = False
+    draining: bool = False
+    extensions: dict[str, object] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, settings: Settings) -> Runtime:
+        return cls(
+            settings=settings,
+            metrics=Metrics(),
+            device=resolve_device(settings.device),
+            tables=TableCache(settings.table_cache_entries),
+        )
+
+    def set_ready(self, ready: bool) -> None:
+        self.ready = ready
+        self.metrics.ready.set(1 if ready and not self.draining else 0)
+
+
+def get_runtime(request: Request) -> Runtime:
+    return request.app.state.runtime
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+"""Route parameter type that injects the app's ``Runtime``."""

@@ -1,0 +1,74 @@
+"""Request/response models shared by the routes (pydantic v2)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ropeserve.config import RopeParams, from_explicit, normalize_config, preset_config
+from ropeserve.errors import InvalidInput, check_limit
+
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DtypeName = Literal["float32", "bfloat16", "float16"]
+PairingName = Literal["neox", "gptj"]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RopeSource(StrictModel):
+    """Where rope parameters come from: exactly one of ``config``, ``preset`` or ``rope``."""
+
+    config: dict[str, Any] | None = Field(
+        None, description="A Hugging Face config.json (any form: rope_parameters, rope_scaling, text_config, ...)."
+    )
+    preset: str | None = Field(
+        None, description="A built-in preset name (GET /v1/info lists them).", examples=["llama-3.1-8b"]
+    )
+    rope: dict[str, Any] | None = Field(
+        None,
+        description="Explicit parameters: rope_type, rope_theta, head_dim, rotary_dim or partial_rotary_factor, "
+        "max_position_embeddings and the type's keys (factor, original_max_position_embeddings, ...).",
+        examples=[{"rope_type": "default", "rope_theta": 10000.0, "head_dim": 8}],
+    )
+    layer_type: str | None = Field(None, description="Per-layer-type configs: which layer (default full_attention).")
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> RopeSource:
+        given = [name for name in ("config", "preset", "rope") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of config, preset or rope (got {given or 'none'})")
+        return self
+
+    def resolve(self) -> tuple[RopeParams, str]:
+        """``(params, default pairing)`` for this source."""
+        if self.rope is not None:
+            return from_explicit(self.rope), "neox"
+        config = self.config if self.config is not None else preset_config(self.preset or "")
+        normalized = normalize_config(config)
+        return normalized.params(self.layer_type), normalized.pairing
+
+
+class PositionRange(StrictModel):
+    start: int = 0
+    stop: int
+    step: int = Field(1, ge=1)
+
+    def count(self) -> int:
+        return max(0, -(-(self.stop - self.start) // self.step))
+
+
+def positions_tensor(positions: list[int] | PositionRange, limit: int, field: str = "positions") -> torch.Tensor:
+    """Positions as int64 [N]; rejects negatives and counts over ``limit`` before allocating."""
+    if isinstance(positions, PositionRange):
+        check_limit(positions.count(), limit, "positions", field)
+        tensor = torch.arange(positions.start, positions.stop, positions.step, dtype=torch.int64)
+    else:
+        check_limit(len(positions), limit, "positions", field)
+        tensor = torch.tensor(positions, dtype=torch.int64)
+    if tensor.numel() and int(tensor.min()) < 0:
+        raise InvalidInput("positions must be >= 0", field=field)
+    return tensor

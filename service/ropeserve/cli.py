@@ -1,0 +1,51 @@
+"""``ropeserve`` command line: ``serve`` (the HTTP service) and the torch-free ``lint``/``explain``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from ropeserve.api import create_app
+    from ropeserve.settings import Settings
+
+    overrides = {
+        key: value
+        for key, value in {"host": args.host, "port": args.port, "device": args.device}.items()
+        if value is not None
+    }
+    settings = Settings(**overrides)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        workers=1,
+        log_level=settings.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=int(settings.drain_timeout_s),
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ropeserve", description="Position-encoding reference service.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the HTTP service (settings: ROPESERVE_* environment variables)")
+    serve.add_argument("--host", help="interface (default 127.0.0.1, env ROPESERVE_HOST)")
+    serve.add_argument("--port", type=int, help="port (default 8000, env ROPESERVE_PORT)")
+    serve.add_argument("--device", choices=["auto", "cpu", "cuda"], help="compute device (default auto)")
+    serve.set_defaults(func=_serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
