@@ -25,9 +25,7 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     access_log: bool = Field(True, description="Structured JSON access log lines on stderr.")
 
-    max_body_bytes: int = Field(
-        256 * 2**20, ge=1024, description="Largest request body accepted (413 above)."
-    )
+    max_body_bytes: int = Field(256 * 2**20, ge=1024, description="Largest request body accepted (413 above).")
     max_positions: int = Field(1_048_576, ge=1, description="Most positions one request may ask for.")
     max_table_elements: int = Field(
         64 * 2**20, ge=1, description="Most elements of one computed table (cos+sin, bias matrix, ...)."

@@ -25,9 +25,7 @@ from ropeserve.config.families import ModelFamily, MropeLayout, family_of
 from ropeserve.config.schema import ROPE_TYPE_ALIASES, ROPE_TYPE_KEYS
 from ropeserve.errors import InvalidInput
 
-LAYER_TYPE_LABELS = frozenset(
-    {"full_attention", "sliding_attention", "chunked_attention", "linear_attention"}
-)
+LAYER_TYPE_LABELS = frozenset({"full_attention", "sliding_attention", "chunked_attention", "linear_attention"})
 TEXT_CONFIG_PATHS: tuple[tuple[str, ...], ...] = (("thinker_config", "text_config"), ("text_config",))
 TOP_LEVEL_ROPE_KEYS = ("rope_scaling", "rope_parameters", "rope_theta")
 LONG_CONTEXT_TYPES = frozenset({"llama3", "yarn", "longrope"})
@@ -142,9 +140,7 @@ def from_explicit(params: Mapping[str, Any]) -> RopeParams:
         if not isinstance(head_dim, int) or not isinstance(rotary_dim, int) or isinstance(rotary_dim, bool):
             raise InvalidInput("rotary_dim needs an integer head_dim and rotary_dim", field="rope.rotary_dim")
         if not 0 < rotary_dim <= head_dim:
-            raise InvalidInput(
-                f"rotary_dim {rotary_dim} must be in 1..head_dim ({head_dim})", field="rope.rotary_dim"
-            )
+            raise InvalidInput(f"rotary_dim {rotary_dim} must be in 1..head_dim ({head_dim})", field="rope.rotary_dim")
         rope["partial_rotary_factor"] = rotary_dim / head_dim
     text["rope_parameters"] = rope
     return normalize_config(text).params()
@@ -187,9 +183,7 @@ def _layer_entries(
         for key in nested_keys:
             value = rope_dict[key]
             if value is not None and not isinstance(value, Mapping):
-                raise InvalidInput(
-                    f"rope entry {key!r} must be an object or null", field=f"{rope_pointer}/{key}"
-                )
+                raise InvalidInput(f"rope entry {key!r} must be an object or null", field=f"{rope_pointer}/{key}")
             entries[key] = (dict(value) if value is not None else None, f"{rope_pointer}/{key}")
         return entries
     local_base = text.get("rope_local_base_freq", family.class_defaults.get("rope_local_base_freq"))
@@ -285,9 +279,7 @@ class _Resolver:
         return params
 
     def rope_type(self) -> str:
-        raw = self.first(
-            "rope_type", self.from_entry("rope_type"), self.from_entry("type"), ("default", "default")
-        )
+        raw = self.first("rope_type", self.from_entry("rope_type"), self.from_entry("type"), ("default", "default"))
         if not isinstance(raw, str):
             raise InvalidInput("rope_type must be a string", field=self.sources["rope_type"])
         if raw in self.family.legacy_longrope_aliases:
@@ -312,9 +304,7 @@ class _Resolver:
         value = self.first("head_dim", *[(src, v) for src, v in candidates if v])
         if value is None:
             hidden = self.text.get("hidden_size")
-            heads = self.text.get("num_attention_heads") or self.family.class_defaults.get(
-                "num_attention_heads"
-            )
+            heads = self.text.get("num_attention_heads") or self.family.class_defaults.get("num_attention_heads")
             if isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
                 self.sources["head_dim"] = f"{self.pointer}/hidden_size"
                 value = hidden // heads
@@ -441,11 +431,7 @@ def _validate_type_specific(params: RopeParams, fail: Any) -> None:
                 fail(key, f"{key} entries must be finite and > 0")
     if params.rope_type == "llama3" and params.high_freq_factor <= params.low_freq_factor:  # type: ignore[operator]
         fail("high_freq_factor", "high_freq_factor must be greater than low_freq_factor")
-    if (
-        params.rope_type in {"yarn", "longrope"}
-        and params.factor is None
-        and not params.max_position_embeddings
-    ):
+    if params.rope_type in {"yarn", "longrope"} and params.factor is None and not params.max_position_embeddings:
         fail("factor", f"{params.rope_type} without factor needs max_position_embeddings")
     if params.rope_type == "dynamic" and not params.max_position_embeddings:
         fail("max_position_embeddings", "dynamic NTK needs max_position_embeddings")

@@ -38,9 +38,7 @@ ROPE_TYPE_KEYS: dict[str, RopeTypeKeys] = {
 }
 
 KNOWN_KEYS = (
-    COMMON_KEYS
-    | MROPE_KEYS
-    | frozenset().union(*(keys.required | keys.optional for keys in ROPE_TYPE_KEYS.values()))
+    COMMON_KEYS | MROPE_KEYS | frozenset().union(*(keys.required | keys.optional for keys in ROPE_TYPE_KEYS.values()))
 )
 
 ROPE_TYPE_ALIASES: dict[str, str] = {"mrope": "default"}

@@ -59,8 +59,7 @@ def _token_major(x: torch.Tensor, layout: Layout, head_dim: int, name: str) -> t
         return x.view(1, x.shape[0], x.shape[1] // head_dim, head_dim)
     if x.dim() != 4 or x.shape[-1] != head_dim:
         raise InvalidInput(
-            f"{name} in layout {layout!r} must be 4-D {LAYOUTS[layout]} with head_dim {head_dim}, "
-            f"got {list(x.shape)}",
+            f"{name} in layout {layout!r} must be 4-D {LAYOUTS[layout]} with head_dim {head_dim}, got {list(x.shape)}",
             field=name,
         )
     return x.transpose(1, 2) if layout == "bhtd" else x

@@ -71,7 +71,5 @@ def mrope_cos_sin(
     pick = axes.view(1, *([1] * (cos_axes.dim() - 2)), slots).expand(1, *cos_axes.shape[1:])
     cos_half = cos_axes.gather(0, pick)[0]
     sin_half = sin_axes.gather(0, pick)[0]
-    cos, sin, error = cast_with_error(
-        expand_pairing(cos_half, pairing), expand_pairing(sin_half, pairing), dtype
-    )
+    cos, sin, error = cast_with_error(expand_pairing(cos_half, pairing), expand_pairing(sin_half, pairing), dtype)
     return CosSin(cos, sin, table.attention_factor, table.inv_freq, error)

@@ -91,9 +91,7 @@ class RopeTable:
         cos_rows, sin_rows = self.rows
         if top >= cos_rows.shape[0]:
             count = min(TABLE_ROW_CAP, 1 << max(top, 1).bit_length())
-            self.rows = cos_rows, sin_rows = self.compute_half(
-                torch.arange(count, device=self.inv_freq.device)
-            )
+            self.rows = cos_rows, sin_rows = self.compute_half(torch.arange(count, device=self.inv_freq.device))
         return cos_rows[positions], sin_rows[positions]
 
 
@@ -185,7 +183,5 @@ def rope_cos_sin(
     seq_len = effective_length(params, max_position, seq_len_cached)
     table = (cache or TableCache(1)).get(params, seq_len, device)
     cos_half, sin_half = table.gather_half(positions)
-    cos, sin, error = cast_with_error(
-        expand_pairing(cos_half, pairing), expand_pairing(sin_half, pairing), dtype
-    )
+    cos, sin, error = cast_with_error(expand_pairing(cos_half, pairing), expand_pairing(sin_half, pairing), dtype)
     return CosSin(cos, sin, table.attention_factor, table.inv_freq, error)
