@@ -13,7 +13,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from ropeserve import __version__
 from ropeserve.api import routes_health, routes_rope
 from ropeserve.api.middleware import ServiceMiddleware, configure_access_log
-from ropeserve.api.problems import install_problem_handlers
+from ropeserve.api.problems import declare_common_problems, install_problem_handlers
 from ropeserve.api.runtime import Runtime
 from ropeserve.config import from_explicit
 from ropeserve.rope import rope_cos_sin
@@ -39,6 +39,7 @@ def warm_up(runtime: Runtime) -> None:
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     runtime: Runtime = app.state.runtime
+    runtime.draining = False
     for start in runtime.extensions.get("startups", []):  # type: ignore[union-attr]
         await start(runtime)
     warm_up(runtime)
@@ -62,6 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ).set(1)
     for router in ROUTERS:
         app.include_router(router)
+    declare_common_problems(app)
     install_problem_handlers(app)
     configure_access_log(settings.access_log)
     app.add_middleware(ServiceMiddleware, settings=settings, metrics=runtime.metrics)

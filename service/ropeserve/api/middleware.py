@@ -16,12 +16,11 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ropeserve.api.problems import problem_response
+from ropeserve.api.problems import PROBE_PATHS, problem_response
 from ropeserve.errors import PayloadTooLarge, ServiceError, Unauthorized
 from ropeserve.metrics import Metrics
 from ropeserve.settings import Settings
 
-PROBE_PATHS = frozenset({"/health", "/health/live", "/health/ready", "/metrics"})
 access_logger = logging.getLogger("ropeserve.access")
 
 

@@ -13,6 +13,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ropeserve.errors import PROBLEM_BASE_URI, ServiceError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
+PROBE_PATHS = frozenset({"/health", "/health/live", "/health/ready", "/metrics"})
+"""Paths exempt from auth by default (probes and scrapes)."""
 logger = logging.getLogger("ropeserve.api")
 
 PROBLEM_SCHEMA: dict[str, Any] = {
@@ -35,6 +37,7 @@ STATUS_DESCRIPTIONS = {
     415: "Unsupported media type",
     422: "Invalid input or limit exceeded",
     429: "Overloaded (Retry-After)",
+    500: "Internal error (logged; no details leak)",
     503: "Not ready or draining (Retry-After)",
 }
 
@@ -48,6 +51,28 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         }
         for status in statuses
     }
+
+
+def declare_common_problems(app: FastAPI) -> None:
+    """Declare, in the OpenAPI schema, the statuses any operation can answer: 500 everywhere, 401 off the
+    probe paths (optional auth), and 400/413/422 on every operation that takes a body."""
+    build_schema = app.openapi
+
+    def openapi_with_problems() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = build_schema()
+        for path, item in schema.get("paths", {}).items():
+            for method, operation in item.items():
+                statuses = [500] + ([] if path in PROBE_PATHS else [401])
+                if method in ("post", "put", "patch"):
+                    statuses += [400, 413, 422]
+                for status, spec in problem_responses(*statuses).items():
+                    operation["responses"].setdefault(str(status), spec)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi_with_problems  # type: ignore[method-assign]
 
 
 def problem_response(body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
