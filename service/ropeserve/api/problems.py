@@ -92,8 +92,13 @@ async def _service_error(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(exc.to_problem(instance=request.url.path), exc.headers)
 
 
+def _is_union_tag(part: Any) -> bool:
+    """pydantic names the union member it tried (``list[int]``, ``PositionRange``): not a field."""
+    return isinstance(part, str) and ("[" in part or part[:1].isupper())
+
+
 def _location(loc: tuple[Any, ...]) -> str:
-    parts = [str(part) for part in loc if part not in ("body", "query", "path", "header")]
+    parts = [str(part) for part in loc if part not in ("body", "query", "path", "header") and not _is_union_tag(part)]
     return ".".join(parts) or "body"
 
 

@@ -11,7 +11,15 @@ from pydantic import Field
 from ropeserve.api.negotiation import TENSOR_RESPONSES, tensor_response
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.runtime import RuntimeDep
-from ropeserve.api.schemas import DTYPES, DtypeName, PairingName, PositionRange, RopeSource, positions_tensor
+from ropeserve.api.schemas import (
+    DTYPES,
+    DtypeName,
+    PairingName,
+    Position,
+    PositionRange,
+    RopeSource,
+    positions_tensor,
+)
 from ropeserve.errors import InvalidInput, check_limit
 from ropeserve.rope import rope_cos_sin, rotated_width
 
@@ -19,7 +27,7 @@ router = APIRouter(tags=["rope"])
 
 
 class CosSinRequest(RopeSource):
-    positions: list[int] | PositionRange = Field(
+    positions: list[Position] | PositionRange = Field(
         ..., description="Positions as a list, or a range {start, stop, step}.", examples=[[0, 1, 2]]
     )
     dtype: DtypeName = Field("float32", description="Output dtype; computation is always float32.")

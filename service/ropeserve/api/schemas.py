@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -13,6 +13,9 @@ from ropeserve.errors import InvalidInput, check_limit
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DtypeName = Literal["float32", "bfloat16", "float16"]
 PairingName = Literal["neox", "gptj"]
+MAX_POSITION = 2**31 - 1
+"""Largest position accepted (int32 range; float32 angles are inexact far below it anyway)."""
+Position = Annotated[int, Field(ge=0, le=MAX_POSITION)]
 
 
 class StrictModel(BaseModel):
@@ -53,15 +56,15 @@ class RopeSource(StrictModel):
 
 
 class PositionRange(StrictModel):
-    start: int = 0
-    stop: int
-    step: int = Field(1, ge=1)
+    start: Position = 0
+    stop: Annotated[int, Field(ge=0, le=MAX_POSITION + 1)]
+    step: int = Field(1, ge=1, le=MAX_POSITION)
 
     def count(self) -> int:
         return max(0, -(-(self.stop - self.start) // self.step))
 
 
-def positions_tensor(positions: list[int] | PositionRange, limit: int, field: str = "positions") -> torch.Tensor:
+def positions_tensor(positions: list[Position] | PositionRange, limit: int, field: str = "positions") -> torch.Tensor:
     """Positions as int64 [N]; rejects negatives and counts over ``limit`` before allocating."""
     if isinstance(positions, PositionRange):
         check_limit(positions.count(), limit, "positions", field)

@@ -1,0 +1,420 @@
+"""``/v1/pe/*``: the classic (non-rotary) position encodings of ``ropeserve.encodings``.
+
+JSON requests (``extra`` keys refused), problem+json errors naming ``field``, limits checked before any table is
+allocated, and results as JSON or safetensors (``Accept: application/x-safetensors``). ``/v1/pe/resample`` takes
+a safetensors body and answers safetensors unless JSON is asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import torch
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import Field, ValidationError, model_validator
+from safetensors import SafetensorError
+from safetensors.torch import load, save
+from starlette.concurrency import run_in_threadpool
+
+from ropeserve.api.negotiation import METADATA_KEY, SAFETENSORS_MEDIA_TYPES, TENSOR_RESPONSES, tensor_response
+from ropeserve.api.problems import problem_responses
+from ropeserve.api.runtime import Runtime, RuntimeDep
+from ropeserve.api.schemas import DTYPES, DtypeName, PositionRange, StrictModel, positions_tensor
+from ropeserve.encodings import (
+    AlibiMode,
+    GridAxis,
+    SinusoidalLayout,
+    SinusoidalSchedule,
+    alibi_bias,
+    alibi_slopes,
+    closest_power_of_two,
+    resample_table,
+    shaw_relative_indices,
+    shaw_table_rows,
+    sincos_2d_table,
+    sinusoidal_table,
+    t5_relative_buckets,
+)
+from ropeserve.errors import InvalidInput, MalformedPayload, UnsupportedMediaType, check_limit
+from ropeserve.settings import Settings
+
+router = APIRouter(tags=["position encodings"])
+MAX_POSITION = 2**40
+"""Largest position or offset: angles stay exact in float64 and position + offset far from int64 overflow."""
+Position = Annotated[int, Field(ge=0, le=MAX_POSITION)]
+
+
+class BoundedRange(PositionRange):
+    start: int = Field(0, ge=0, le=MAX_POSITION)
+    stop: int = Field(..., le=MAX_POSITION)
+
+
+JSON_ROUTE_RESPONSES = {**TENSOR_RESPONSES, **problem_responses(406, 413, 422)}
+
+
+def respond(request: Request, runtime: Runtime, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> Response:
+    return tensor_response(request, tensors, meta, runtime.settings.json_response_max_elements)
+
+
+def position_count(positions: list[int] | PositionRange) -> int:
+    return positions.count() if isinstance(positions, PositionRange) else len(positions)
+
+
+# --- /v1/pe/sinusoidal ---------------------------------------------------------------------------------------------
+
+
+class SinusoidalRequest(StrictModel):
+    positions: list[Position] | BoundedRange = Field(
+        ..., description="Positions as a list, or a range {start, stop, step}.", examples=[{"stop": 4}]
+    )
+    offset: int = Field(
+        0, ge=0, le=MAX_POSITION, description="Added to every position: continue a table after `offset` tokens."
+    )
+    dim: int = Field(..., ge=1, description="Table width d; odd d allowed (see `schedule`).", examples=[8])
+    base: float = Field(10000.0, gt=0, allow_inf_nan=False, description="Wavelength base (10000 in the paper).")
+    layout: SinusoidalLayout = Field(
+        "interleaved", description="interleaved: sin/cos in even/odd columns; concat: [sin | cos] (Marian, fairseq)."
+    )
+    schedule: SinusoidalSchedule = Field(
+        "vaswani",
+        description="vaswani: 1/base^(2i/d), float64 (XLM, DistilBERT, Marian; odd d ends with a sin column); "
+        "tensor2tensor: exp(-i·ln(base)/(d/2-1)), float32 (fairseq, FSMT, Speech2Text, Whisper; odd d ends "
+        "with a zero column; d >= 4).",
+    )
+    dtype: DtypeName = Field("float32", description="Output dtype (cast after computing).")
+
+
+@router.post(
+    "/v1/pe/sinusoidal",
+    summary="Sinusoidal absolute position table",
+    description="PE[p, 2i] = sin(p·ω_i), PE[p, 2i+1] = cos(p·ω_i) for p = position + offset. Result `table` [N, dim].",
+    responses=JSON_ROUTE_RESPONSES,
+    response_class=Response,
+)
+def sinusoidal(body: SinusoidalRequest, request: Request, runtime: RuntimeDep) -> Response:
+    settings = runtime.settings
+    count = position_count(body.positions)
+    check_limit(max(count, 1) * body.dim, settings.max_table_elements, "table elements", "positions")
+    positions = positions_tensor(body.positions, settings.max_positions) + body.offset
+    table = sinusoidal_table(
+        positions, body.dim, base=body.base, layout=body.layout, schedule=body.schedule, dtype=DTYPES[body.dtype]
+    )
+    meta = body.model_dump(exclude={"positions"}) | {"count": count}
+    return respond(request, runtime, {"table": table}, meta)
+
+
+# --- /v1/pe/alibi --------------------------------------------------------------------------------------------------
+
+
+class AlibiRequest(StrictModel):
+    num_heads: int = Field(..., ge=1, description="Attention heads; any count (not only powers of two).")
+    max_bias: float = Field(
+        8.0, gt=0, allow_inf_nan=False, description="B in the slopes 2^(-B·k/n) (8 in the paper, BLOOM, MPT)."
+    )
+    query_len: int | None = Field(None, ge=1, description="With key_len: also return the bias [H, Tq, Tk].")
+    key_len: int | None = Field(None, ge=1, description="With query_len: also return the bias [H, Tq, Tk].")
+    mode: AlibiMode = Field("causal", description="causal: slope·(j - i); symmetric: -slope·|i - j|.")
+    offset: int = Field(0, ge=0, le=MAX_POSITION, description="Position of the first query (cached tokens).")
+    dtype: DtypeName = Field("float32", description="dtype of `bias` (slopes stay float32).")
+
+    @model_validator(mode="after")
+    def _lengths_together(self) -> AlibiRequest:
+        if (self.query_len is None) != (self.key_len is None):
+            raise ValueError("give both query_len and key_len for a bias, or neither for slopes only")
+        return self
+
+
+@router.post(
+    "/v1/pe/alibi",
+    summary="ALiBi slopes and bias matrices",
+    description="`slopes` float32 [H] as BLOOM computes them (non-powers of two interleave the 2n sequence); "
+    "with query_len and key_len also `bias` [H, Tq, Tk] for queries at offset + q and keys j.",
+    responses=JSON_ROUTE_RESPONSES,
+    response_class=Response,
+)
+def alibi(body: AlibiRequest, request: Request, runtime: RuntimeDep) -> Response:
+    limit = runtime.settings.max_table_elements
+    check_limit(body.num_heads, limit, "heads", "num_heads")
+    slopes = alibi_slopes(body.num_heads, max_bias=body.max_bias)
+    tensors = {"slopes": slopes}
+    if body.query_len is not None and body.key_len is not None:
+        check_limit(body.num_heads * body.query_len * body.key_len, limit, "bias elements (H·Tq·Tk)", "query_len")
+        tensors["bias"] = alibi_bias(
+            slopes, body.query_len, body.key_len, mode=body.mode, offset=body.offset, dtype=DTYPES[body.dtype]
+        )
+    meta = body.model_dump() | {"closest_power_of_two": closest_power_of_two(body.num_heads)}
+    return respond(request, runtime, tensors, meta)
+
+
+# --- /v1/pe/relative -----------------------------------------------------------------------------------------------
+
+
+class RelativeRequest(StrictModel):
+    query_len: int = Field(..., ge=1, description="Tq.")
+    key_len: int = Field(..., ge=1, description="Tk.")
+    mode: Literal["t5", "shaw"] = Field("t5", description="t5: log-spaced buckets; shaw: clipped distances.")
+    bidirectional: bool = Field(True, description="False for decoders (t5 causal buckets; shaw clips to [-k, 0]).")
+    offset: int = Field(0, ge=0, le=MAX_POSITION, description="Position of the first query (cached tokens).")
+    num_buckets: int = Field(32, ge=2, description="t5 only: relative_attention_num_buckets.")
+    max_distance: int = Field(128, ge=1, description="t5 only: relative_attention_max_distance.")
+    clip: int | None = Field(None, ge=0, description="shaw only (required): k in clip(j - i, -k, k) + k.")
+
+
+@dataclass(frozen=True)
+class RelativeMode:
+    params: tuple[str, ...]
+    """The request fields only this mode reads."""
+    indices: Callable[[RelativeRequest], torch.Tensor]
+    table_rows: Callable[[RelativeRequest], int]
+
+
+def _shaw_clip(body: RelativeRequest) -> int:
+    if body.clip is None:
+        raise InvalidInput("mode shaw needs clip", field="clip")
+    return body.clip
+
+
+RELATIVE_MODES: dict[str, RelativeMode] = {
+    "t5": RelativeMode(
+        params=("num_buckets", "max_distance"),
+        indices=lambda body: t5_relative_buckets(
+            body.query_len,
+            body.key_len,
+            bidirectional=body.bidirectional,
+            num_buckets=body.num_buckets,
+            max_distance=body.max_distance,
+            offset=body.offset,
+        ),
+        table_rows=lambda body: body.num_buckets,
+    ),
+    "shaw": RelativeMode(
+        params=("clip",),
+        indices=lambda body: shaw_relative_indices(
+            body.query_len, body.key_len, clip=_shaw_clip(body), bidirectional=body.bidirectional, offset=body.offset
+        ),
+        table_rows=lambda body: shaw_table_rows(_shaw_clip(body), body.bidirectional),
+    ),
+}
+
+
+def _refuse_other_modes_params(body: RelativeRequest) -> None:
+    for mode, spec in RELATIVE_MODES.items():
+        given = [name for name in spec.params if name in body.model_fields_set]
+        if mode != body.mode and given:
+            raise InvalidInput(f"{given[0]} applies to mode {mode}, not {body.mode}", field=given[0])
+
+
+@router.post(
+    "/v1/pe/relative",
+    summary="T5 relative-position buckets or Shaw clipped relative indices",
+    description="`relative_index` int64 [Tq, Tk]: the row of the learned relative embedding (or bias) table each "
+    "(query offset + q, key j) pair reads; `table_rows` is that table's size.",
+    responses=JSON_ROUTE_RESPONSES,
+    response_class=Response,
+)
+def relative(body: RelativeRequest, request: Request, runtime: RuntimeDep) -> Response:
+    _refuse_other_modes_params(body)
+    elements = body.query_len * body.key_len
+    check_limit(elements, runtime.settings.max_table_elements, "index elements (Tq·Tk)", "query_len")
+    spec = RELATIVE_MODES[body.mode]
+    index = spec.indices(body)
+    meta = body.model_dump(include={"query_len", "key_len", "mode", "bidirectional", "offset", *spec.params})
+    return respond(request, runtime, {"relative_index": index}, meta | {"table_rows": spec.table_rows(body)})
+
+
+# --- /v1/pe/sincos-2d ----------------------------------------------------------------------------------------------
+
+
+class SinCos2dRequest(StrictModel):
+    grid_h: int = Field(..., ge=1, description="Patch rows H.")
+    grid_w: int = Field(..., ge=1, description="Patch columns W.")
+    dim: int = Field(..., ge=4, multiple_of=4, description="Table width: a multiple of 4.", examples=[768])
+    base: float = Field(10000.0, gt=0, allow_inf_nan=False, description="Frequency base (temperature).")
+    cls_token: bool = Field(False, description="Prepend one row of zeros for the class token.")
+    first_axis: GridAxis = Field(
+        "h",
+        description="Which coordinate fills the first half: h = transformers 5.24 ViTMAE; w = the original MAE "
+        "numpy code and its checkpoints.",
+    )
+    dtype: DtypeName = Field("float32", description="Output dtype (computed in float64).")
+
+
+@router.post(
+    "/v1/pe/sincos-2d",
+    summary="Fixed 2-D sin-cos table for a ViT/MAE patch grid",
+    description="`table` [(1 if cls_token) + H·W, dim], rows in row-major (h, w) order, each "
+    "[sin(a·ω) | cos(a·ω) | sin(b·ω) | cos(b·ω)] with ω_i = base^(-i/(dim/4)).",
+    responses=JSON_ROUTE_RESPONSES,
+    response_class=Response,
+)
+def sincos_2d(body: SinCos2dRequest, request: Request, runtime: RuntimeDep) -> Response:
+    settings = runtime.settings
+    cells = body.grid_h * body.grid_w
+    check_limit(cells, settings.max_positions, "grid positions (H·W)", "grid_h")
+    check_limit((cells + body.cls_token) * body.dim, settings.max_table_elements, "table elements", "dim")
+    table = sincos_2d_table(
+        body.grid_h,
+        body.grid_w,
+        body.dim,
+        base=body.base,
+        cls_token=body.cls_token,
+        first_axis=body.first_axis,
+        dtype=DTYPES[body.dtype],
+    )
+    return respond(request, runtime, {"table": table}, body.model_dump())
+
+
+# --- safetensors I/O: stand-in until the shared codec (ropeserve.serving.codec) lands ------------------------------
+
+TABLE_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
+MAX_HEADER_BYTES = 1 << 20
+
+
+def _header(body: bytes) -> dict[str, Any]:
+    if len(body) < 8:
+        raise MalformedPayload("a safetensors body starts with an 8-byte header length", field="body")
+    (length,) = struct.unpack("<Q", body[:8])
+    if length > min(MAX_HEADER_BYTES, len(body) - 8):
+        raise MalformedPayload(f"safetensors header length {length} is out of range", field="body")
+    try:
+        header = json.loads(body[8 : 8 + length])
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise MalformedPayload(f"safetensors header is not JSON: {error}", field="body") from error
+    if not isinstance(header, dict):
+        raise MalformedPayload("safetensors header must be a JSON object", field="body")
+    return header
+
+
+def _check_entries(header: dict[str, Any], max_elements: int) -> None:
+    total = 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        if not isinstance(shape, list) or not all(isinstance(size, int) and size >= 0 for size in shape):
+            raise MalformedPayload(f"tensor {name!r} has no valid shape", field=name)
+        if entry.get("dtype") not in TABLE_DTYPES:
+            raise InvalidInput(f"tensor {name!r}: dtype {entry.get('dtype')} not in {sorted(TABLE_DTYPES)}", field=name)
+        total += math.prod(shape)
+    check_limit(total, max_elements, "tensor elements", "body")
+
+
+def parse_safetensors(body: bytes, settings: Settings) -> tuple[dict[str, torch.Tensor], dict[str, str] | None]:
+    """``(tensors, __metadata__)`` of a safetensors body; sizes and dtypes are checked before tensors are built."""
+    header = _header(body)
+    _check_entries(header, settings.max_tensor_elements)
+    try:
+        tensors = load(body)
+    except SafetensorError as error:
+        raise MalformedPayload(f"invalid safetensors body: {error}", field="body") from error
+    metadata = header.get("__metadata__")
+    return tensors, metadata if isinstance(metadata, dict) else None
+
+
+def safetensors_response(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> Response:
+    contiguous = {name: tensor.detach().contiguous().cpu() for name, tensor in tensors.items()}
+    return Response(save(contiguous, metadata={METADATA_KEY: json.dumps(meta)}), media_type=SAFETENSORS_MEDIA_TYPES[0])
+
+
+# --- /v1/pe/resample -----------------------------------------------------------------------------------------------
+
+
+class ResampleParams(StrictModel):
+    """The JSON object under ``__metadata__["ropeserve"]`` of a resample request."""
+
+    source_grid: list[int] = Field(..., min_length=1, max_length=2, description="[H, W] of the table, or [N] (1-D).")
+    target_grid: list[int] = Field(..., min_length=1, max_length=2, description="[H', W'] or [N'].")
+    prefix_rows: int = Field(0, ge=0, description="Rows before the grid (class/register tokens), kept unchanged.")
+    mode: str | None = Field(
+        None, description="bicubic (2-D default), bilinear, linear (1-D default), nearest or nearest-exact."
+    )
+    antialias: bool = Field(False, description="Low-pass filter when downsampling (bilinear/bicubic).")
+    align_corners: bool | None = Field(None, description="bilinear/bicubic/linear only; default false (ViT, timm).")
+
+
+RESAMPLE_EXAMPLE = {"source_grid": [14, 14], "target_grid": [24, 16], "prefix_rows": 1, "mode": "bicubic"}
+RESAMPLE_REQUEST_BODY: dict[str, Any] = {
+    "required": True,
+    "description": "A safetensors file holding `table` ([P + H·W, D] or [1, P + H·W, D], float16/bfloat16/float32/"
+    f"float64), with its parameters as a JSON string under __metadata__['{METADATA_KEY}'], e.g. "
+    f"{json.dumps(RESAMPLE_EXAMPLE)}.",
+    "content": {"application/x-safetensors": {"schema": {"type": "string", "format": "binary"}}},
+}
+
+
+def resample_params(metadata: dict[str, str] | None) -> ResampleParams:
+    """The request's parameters; 400 for unparsable JSON, 422 naming the offending key otherwise."""
+    field = f"__metadata__.{METADATA_KEY}"
+    raw = (metadata or {}).get(METADATA_KEY)
+    if raw is None:
+        raise InvalidInput(f"the parameters go under {field} as a JSON string", field=field)
+    try:
+        return ResampleParams.model_validate_json(raw)
+    except ValidationError as error:
+        first = error.errors()[0]
+        if first["type"] == "json_invalid":
+            raise MalformedPayload(f"{field} is not valid JSON: {first['msg']}", field=field) from error
+        name = ".".join(str(part) for part in first["loc"]) or field
+        raise InvalidInput(f"{name}: {first['msg']}", field=name) from error
+
+
+def the_table(tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The one tensor a resample request carries, named ``table``."""
+    extra = sorted(set(tensors) - {"table"})
+    if extra:
+        raise InvalidInput(f"unexpected tensors {extra}; send only 'table'", field=extra[0])
+    if "table" not in tensors:
+        raise InvalidInput("the safetensors body has no tensor named 'table'", field="table")
+    return tensors["table"]
+
+
+def wants_json(request: Request) -> bool:
+    accept = request.headers.get("accept", "")
+    return "application/json" in accept and not any(media in accept for media in SAFETENSORS_MEDIA_TYPES)
+
+
+@router.post(
+    "/v1/pe/resample",
+    summary="Resample a learned absolute position table to a new grid",
+    description="ViT tables (prefix rows, then an H×W grid) are interpolated over the grid with "
+    "torch.nn.functional.interpolate (bicubic by default, align_corners false); 1-D tables (BERT/GPT-2) "
+    "linearly. Prefix rows are copied; the result keeps the input dtype and layout. Tables with NaN or "
+    "infinite values are refused (422, field `table`). Answers safetensors (`table` and metadata under "
+    f"'{METADATA_KEY}'), or JSON when Accept asks for application/json only and the result is small.",
+    openapi_extra={"requestBody": RESAMPLE_REQUEST_BODY},
+    responses={**TENSOR_RESPONSES, **problem_responses(400, 406, 413, 415, 422)},
+    response_class=Response,
+)
+async def resample(request: Request, runtime: RuntimeDep) -> Response:
+    settings = runtime.settings
+    media_type = request.headers.get("content-type", "").split(";")[0].strip()
+    if media_type not in SAFETENSORS_MEDIA_TYPES:
+        raise UnsupportedMediaType(
+            f"send the table as application/x-safetensors (got {media_type or 'no content type'!r})",
+            field="content-type",
+        )
+    tensors, metadata = parse_safetensors(await request.body(), settings)
+    params = resample_params(metadata)
+    table = the_table(tensors)
+    result_elements = (params.prefix_rows + math.prod(params.target_grid)) * (table.shape[-1] if table.dim() else 1)
+    check_limit(result_elements, settings.max_table_elements, "result elements", "target_grid")
+    result = await run_in_threadpool(
+        resample_table,
+        table,
+        params.source_grid,
+        params.target_grid,
+        prefix_rows=params.prefix_rows,
+        mode=params.mode,
+        antialias=params.antialias,
+        align_corners=params.align_corners,
+    )
+    meta = params.model_dump() | {"dtype": str(table.dtype).removeprefix("torch."), "shape": list(result.shape)}
+    if wants_json(request):
+        return respond(request, runtime, {"table": result}, meta)
+    return safetensors_response({"table": result}, meta)
