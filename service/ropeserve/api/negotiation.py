@@ -10,7 +10,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from safetensors.torch import save
 
-from ropeserve.errors import NotAcceptable
+from ropeserve.errors import InvalidInput, NotAcceptable
 
 SAFETENSORS_MEDIA_TYPES = ("application/x-safetensors", "application/octet-stream")
 METADATA_KEY = "ropeserve"
@@ -50,5 +50,11 @@ def tensor_response(
         )
     payload = dict(meta)
     for name, tensor in tensors.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise InvalidInput(
+                f"'{name}' has non-finite values for these parameters (JSON cannot carry them); "
+                "check the inputs, or ask for application/x-safetensors",
+                field=name,
+            )
         payload[name] = tensor.detach().cpu().to(torch.float64 if tensor.is_floating_point() else torch.int64).tolist()
     return JSONResponse(payload)

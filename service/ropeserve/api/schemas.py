@@ -19,7 +19,7 @@ Position = Annotated[int, Field(ge=0, le=MAX_POSITION)]
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class RopeSource(StrictModel):
@@ -60,8 +60,14 @@ class PositionRange(StrictModel):
     stop: Annotated[int, Field(ge=0, le=MAX_POSITION + 1)]
     step: int = Field(1, ge=1, le=MAX_POSITION)
 
+    @model_validator(mode="after")
+    def _ordered(self) -> PositionRange:
+        if self.stop < self.start:
+            raise ValueError(f"stop ({self.stop}) must be >= start ({self.start})")
+        return self
+
     def count(self) -> int:
-        return max(0, -(-(self.stop - self.start) // self.step))
+        return -(-(self.stop - self.start) // self.step)
 
 
 def positions_tensor(positions: list[Position] | PositionRange, limit: int, field: str = "positions") -> torch.Tensor:
