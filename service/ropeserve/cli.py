@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 
@@ -11,6 +12,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from ropeserve.api import create_app
+    from ropeserve.api.app import DrainingServer
     from ropeserve.settings import Settings
 
     overrides = {
@@ -19,8 +21,9 @@ def _serve(args: argparse.Namespace) -> int:
         if value is not None
     }
     settings = Settings(**overrides)
-    uvicorn.run(
-        create_app(settings),
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
         host=settings.host,
         port=settings.port,
         workers=1,
@@ -28,7 +31,10 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=False,
         timeout_graceful_shutdown=int(settings.drain_timeout_s),
     )
-    return 0
+    server = DrainingServer(config, app.state.runtime, settings.drain_delay_s)
+    with contextlib.suppress(KeyboardInterrupt):  # SIGINT: uvicorn re-raises it after a graceful shutdown
+        server.run()
+    return 0 if server.started else 3
 
 
 def build_parser() -> argparse.ArgumentParser:

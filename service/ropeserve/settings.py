@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     auth_token: str | None = Field(None, description="If set, Bearer token required on API routes.")
     auth_protect_probes: bool = Field(False, description="Also require the token on health and metrics.")
     cors_origins: list[str] = Field(default_factory=list, description="CORS allow-list; empty = CORS off.")
+    drain_delay_s: float = Field(
+        0.0, ge=0, description="At SIGTERM: seconds to keep serving with readiness 503 before closing the listener."
+    )
     drain_timeout_s: float = Field(30.0, ge=0, description="Grace period for in-flight requests at SIGTERM.")
 
 

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import logging
+import signal
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from types import FrameType
 
 import torch
+import uvicorn
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from ropeserve import __version__
-from ropeserve.api import routes_health, routes_rope
+from ropeserve.api import routes_encodings, routes_health, routes_rope
 from ropeserve.api.middleware import ServiceMiddleware, configure_access_log
 from ropeserve.api.problems import declare_common_problems, install_problem_handlers
 from ropeserve.api.runtime import Runtime
@@ -20,7 +24,8 @@ from ropeserve.rope import rope_cos_sin
 from ropeserve.settings import Settings, get_settings
 
 logger = logging.getLogger("ropeserve")
-ROUTERS = [routes_health.router, routes_rope.router]
+server_log = logging.getLogger("uvicorn.error")
+ROUTERS = [routes_health.router, routes_rope.router, routes_encodings.router]
 DESCRIPTION = (
     "Reference service for position encodings in LLM serving: position ids (1-D and M-RoPE), cos/sin for "
     "every RoPE variant, Q/K rotation over safetensors, and config lint. Errors are application/problem+json."
@@ -36,6 +41,12 @@ def warm_up(runtime: Runtime) -> None:
     runtime.set_ready(True)
 
 
+def begin_drain(runtime: Runtime) -> None:
+    """Stop advertising readiness (``/health/ready`` 503, ``ropeserve_ready`` 0); requests are still served."""
+    runtime.draining = True
+    runtime.set_ready(False)
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     runtime: Runtime = app.state.runtime
@@ -47,8 +58,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        runtime.draining = True
-        runtime.set_ready(False)
+        begin_drain(runtime)
         for stop in runtime.extensions.get("shutdowns", []):  # type: ignore[union-attr]
             await stop(runtime)
 
@@ -72,3 +82,34 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"], allow_headers=["*"]
         )
     return app
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server with a drain phase for orchestrators and load balancers.
+
+    At SIGTERM readiness turns 503 at once while the listener keeps serving for ``drain_delay_s``, so that
+    balancers and Kubernetes endpoints stop routing here; then uvicorn's graceful shutdown stops accepting,
+    waits up to ``drain_timeout_s`` for in-flight requests, runs the lifespan shutdown and the process exits 0.
+    SIGINT (Ctrl-C), or a second SIGTERM, skips the rest of the delay.
+    """
+
+    def __init__(self, config: uvicorn.Config, runtime: Runtime, drain_delay_s: float = 0.0) -> None:
+        super().__init__(config)
+        self.runtime, self.drain_delay_s = runtime, drain_delay_s
+        self.drain_deadline: float | None = None
+        self.drain_logged = False
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        begin_drain(self.runtime)
+        if sig == signal.SIGTERM and self.drain_deadline is None:
+            self.drain_deadline = time.monotonic() + self.drain_delay_s
+            return
+        super().handle_exit(sig, frame)
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.drain_deadline is not None and not self.should_exit:
+            if not self.drain_logged:
+                self.drain_logged = True
+                server_log.info("Draining: readiness is 503; closing the listener in %.1f s", self.drain_delay_s)
+            self.should_exit = time.monotonic() >= self.drain_deadline
+        return await super().on_tick(counter)
