@@ -1,0 +1,253 @@
+"""Locust workload for ropeserve: a weighted mix of what serving stacks and pipelines ask for.
+
+Request bodies come from ``ropeserve_client``'s operation builders, so the load kit sends exactly what the client
+sends. Requests whose endpoint is not in the server's OpenAPI document are left out of the mix (and listed in the
+report). Run it through ``loadtest/run.py``, which sets the ``ROPESERVE_LOADTEST_*`` variables below; plain
+``locust -f loadtest/locustfile.py --host URL`` also works (steady, 8 users, 60 s).
+
+Every request is recorded (time, name, status, latency) to ``$ROPESERVE_LOADTEST_SAMPLES`` for the report.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import os
+import random
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from locust import FastHttpUser, LoadTestShape, between, events, task
+from locust.env import Environment
+
+from ropeserve_client import Operation
+from ropeserve_client import _endpoints as api
+from scenarios import SCENARIOS, users_at
+
+__all__ = ["MIX", "RopeUser", "ScenarioShape"]
+
+SCENARIO = os.environ.get("ROPESERVE_LOADTEST_SCENARIO", "steady")
+USERS = int(os.environ.get("ROPESERVE_LOADTEST_USERS", "8"))
+DURATION_S = float(os.environ.get("ROPESERVE_LOADTEST_DURATION", "60"))
+SAMPLES_PATH = os.environ.get("ROPESERVE_LOADTEST_SAMPLES")
+ACCEPT = {"accept": "application/x-safetensors, application/problem+json"}
+
+
+@dataclass(frozen=True)
+class Request:
+    """One kind of request in the mix: stats name, weight, endpoint, and a factory of fresh operations."""
+
+    name: str
+    weight: int
+    path: str
+    make: Callable[[], Operation[Any]]
+
+
+def _decode_positions() -> list[int]:
+    start = random.randrange(0, 8000)
+    return list(range(start, start + random.choice((1, 1, 1, 4))))
+
+
+def _cache_length() -> int:
+    return random.randrange(1, 8192)
+
+
+def _cache_lengths(batch: int = 8) -> list[int]:
+    return [_cache_length() for _ in range(batch)]
+
+
+def _padded_mask(batch: int = 8, length: int = 256) -> list[list[int]]:
+    lengths = [random.randint(length // 4, length) for _ in range(batch)]
+    return [[0] * (length - n) + [1] * n for n in lengths]
+
+
+ROWS = [
+    [{"text": 24}, {"image": [1, 28, 28]}, {"text": 40}, {"video": [4, 16, 16], "second_per_grid_t": 0.5}, {"text": 12}]
+]
+LINT_CONFIG = {
+    "model_type": "llama",
+    "max_position_embeddings": 131072,
+    "rope_theta": 500000.0,
+    "head_dim": 128,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "rope_scaling": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
+}
+
+
+def _half_precision(*shape: int) -> Any:
+    """Random bfloat16 activations (float16 when torch is missing; numpy has no bfloat16)."""
+    try:
+        import torch
+    except ImportError:
+        return np.random.default_rng(0).standard_normal(shape).astype(np.float16)
+    return torch.randn(*shape, dtype=torch.bfloat16)
+
+
+@functools.cache
+def rotation(tokens: int) -> Operation[Any]:
+    """A Llama-3.1-8B rotation request (32 query heads, 8 KV heads, head_dim 128); built once, sent many times."""
+    q, k = _half_precision(1, 32, tokens, 128), _half_precision(1, 8, tokens, 128)
+    return api.apply_rope(q, k, positions=np.arange(tokens), preset="llama-3.1-8b", layout="bhtd")
+
+
+@functools.cache
+def mrope_rotation(tokens: int) -> Operation[Any]:
+    """A Qwen2.5-VL-7B M-RoPE rotation request (28 query heads, 4 KV heads)."""
+    q, k = _half_precision(1, 28, tokens, 128), _half_precision(1, 4, tokens, 128)
+    positions = np.tile(np.arange(tokens), (3, 1))
+    return api.apply_mrope(q, k, positions=positions, preset="qwen2.5-vl-7b", layout="bhtd")
+
+
+def _mrope_decode() -> Operation[Any]:
+    return api.mrope_decode_positions(mrope_position_deltas=[-40], cache_lengths=[random.randrange(300, 4000)])
+
+
+MIX = [
+    Request("cos-sin decode", 25, "/v1/rope/cos-sin", lambda: api.cos_sin(_decode_positions(), preset="llama-3.1-8b")),
+    Request("cos-sin prefill 2k", 8, "/v1/rope/cos-sin", lambda: api.cos_sin(range(2048), preset="qwen3-8b")),
+    Request("positions 1-D padded", 8, "/v1/positions", lambda: api.positions(attention_mask=_padded_mask())),
+    Request("positions 1-D decode", 6, "/v1/positions", lambda: api.positions(cache_lengths=_cache_lengths())),
+    Request("mrope positions", 8, "/v1/mrope/positions", lambda: api.mrope_positions(family="qwen2_5_vl", rows=ROWS)),
+    Request("mrope decode", 6, "/v1/mrope/decode-positions", _mrope_decode),
+    Request("rotate small (decode)", 14, "/v1/rope/apply", lambda: rotation(4)),
+    Request("rotate large (prefill 1k)", 2, "/v1/rope/apply", lambda: rotation(1024)),
+    Request("rotate mrope (256)", 2, "/v1/mrope/apply", lambda: mrope_rotation(256)),
+    Request("config lint", 3, "/v1/config/validate", lambda: api.validate_config(LINT_CONFIG, engines=["vllm"])),
+    Request("pe sinusoidal", 2, "/v1/pe/sinusoidal", lambda: api.sinusoidal(range(512), dim=256)),
+    Request("pe alibi", 1, "/v1/pe/alibi", lambda: api.alibi(num_heads=32, query_len=1, key_len=_cache_length())),
+    Request("info", 1, "/v1/info", api.info),
+    Request("ready probe", 1, "/health/ready", api.ready),
+]
+"""What a fleet of serving stacks asks for: mostly per-step decode work, some prefill, occasional lint and probes."""
+
+
+def available_paths(host: str) -> set[str] | None:
+    """Paths in the server's OpenAPI document (None when it cannot be read: then nothing is filtered)."""
+    try:
+        with urllib.request.urlopen(f"{host.rstrip('/')}/openapi.json", timeout=10) as answer:  # noqa: S310
+            return set(json.load(answer)["paths"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _header_ms(response: Any, name: str) -> str:
+    """A server timing header (seconds) in milliseconds, or "" when absent."""
+    headers = getattr(response, "headers", None) or {}
+    value = headers.get(name)
+    try:
+        return f"{float(value) * 1000:.3f}" if value is not None else ""
+    except ValueError:
+        return ""
+
+
+class Recorder:
+    """Every request's start time, name, status, latency, size, error and the server's timing headers
+    (``x-total-time`` on every answer, ``x-queue-time`` on rotations), kept in memory and written at the end."""
+
+    COLUMNS = ("start", "name", "status", "ms", "bytes", "error", "server_ms", "queue_ms")
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[Any, ...]] = []
+        self.skipped: list[str] = []
+
+    def on_request(self, name: str, response_time: float, response_length: int, **kwargs: Any) -> None:
+        response, exception = kwargs.get("response"), kwargs.get("exception")
+        status = getattr(response, "status_code", 0) or 0
+        error = "" if exception is None or 200 <= status < 300 else str(exception).splitlines()[0][:200]
+        if status == 0 and exception is not None:
+            error = f"transport: {type(exception).__name__}: {exception}"[:200]
+        started = kwargs.get("start_time") or time.time() - response_time / 1000
+        timing = (_header_ms(response, "x-total-time"), _header_ms(response, "x-queue-time"))
+        self.rows.append((started, name, status, response_time, response_length or 0, error, *timing))
+
+    def write(self, path: str) -> None:
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(self.COLUMNS)
+            writer.writerows(self.rows)
+        with open(path + ".meta.json", "w", encoding="utf-8") as handle:
+            json.dump({"skipped": self.skipped, "mix": {r.name: r.weight for r in MIX}}, handle)
+
+
+RECORDER = Recorder()
+events.request.add_listener(RECORDER.on_request)
+
+
+@events.test_start.add_listener
+def choose_mix(environment: Environment, **kwargs: Any) -> None:
+    """Keep the requests whose endpoint the server has; weight them into the user's task list."""
+    paths = available_paths(environment.host or "")
+    kept = [r for r in MIX if paths is None or r.path in paths]
+    RECORDER.skipped = [f"{r.name} ({r.path})" for r in MIX if r not in kept]
+    for request in kept:
+        if request.make().path != request.path:  # building once also caches the rotation bodies
+            raise RuntimeError(f"{request.name}: the client sends it to {request.make().path}, not {request.path}")
+    RopeUser.mix = kept
+    RopeUser.weights = [r.weight for r in kept]
+
+
+@events.quitting.add_listener
+def write_samples(environment: Environment, **kwargs: Any) -> None:
+    if SAMPLES_PATH:
+        RECORDER.write(SAMPLES_PATH)
+
+
+class RopeUser(FastHttpUser):
+    """A serving stack's sidecar: picks a request from the weighted mix, sends it, pauses per the scenario."""
+
+    wait_time = between(*SCENARIOS[SCENARIO].think_time_s)
+    network_timeout = 120.0
+    connection_timeout = 10.0
+    mix: list[Request] = MIX
+    weights: list[int] = [r.weight for r in MIX]
+
+    @task
+    def one_request(self) -> None:
+        if not self.mix:
+            time.sleep(1)
+            return
+        request = random.choices(self.mix, weights=self.weights)[0]
+        operation = request.make()
+        headers = {**ACCEPT, **operation.headers} if operation.tensor_answer else dict(operation.headers)
+        body = operation.content
+        if operation.json is not None:
+            body = json.dumps(operation.json).encode()
+            headers["content-type"] = "application/json"
+        with self.client.request(
+            operation.method, operation.path, name=request.name, data=body, headers=headers,
+            catch_response=True,
+        ) as response:  # fmt: skip
+            if not 200 <= (response.status_code or 0) < 300:
+                response.failure(_failure_label(response))
+
+
+def _failure_label(response: Any) -> str:
+    """``429 overloaded`` from a problem+json answer, ``HTTP 502`` otherwise."""
+    status = response.status_code or 0
+    try:
+        slug = str(json.loads(response.content or b"{}").get("type", "")).rsplit("/", 1)[-1]
+    except (ValueError, AttributeError):
+        slug = ""
+    return f"{status} {slug}".strip() if slug else f"HTTP {status}"
+
+
+class ScenarioShape(LoadTestShape):
+    """Users over time per ``scenarios.users_at``; stops the run at its duration."""
+
+    def tick(self) -> tuple[int, float] | None:
+        elapsed = self.get_run_time()
+        if elapsed >= DURATION_S:
+            return None
+        return users_at(SCENARIO, elapsed, USERS, DURATION_S), float(max(USERS, 1) * 4)
