@@ -1,11 +1,17 @@
-"""``ropeserve`` command line: ``serve`` (the HTTP service) and the torch-free ``lint``/``explain``."""
+"""``ropeserve`` command line: ``serve`` (the HTTP service) and the torch-free ``lint``/``explain``.
+
+Exit codes of lint/explain: 0 clean, 1 findings at or above ``--fail-on``, 2 usage or input error.
+"""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Sequence
+
+from ropeserve.cli_lint import EXIT_FINDINGS, add_lint_commands
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -45,12 +51,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (default 8000, env ROPESERVE_PORT)")
     serve.add_argument("--device", choices=["auto", "cpu", "cuda"], help="compute device (default auto)")
     serve.set_defaults(func=_serve)
+    add_lint_commands(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a subcommand; ``lint``/``explain`` stay torch-free (``serve`` imports the web stack lazily)."""
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:  # e.g. piped into `head`: stop quietly, as other CLI tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FINDINGS
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ Accepted forms, as seen in the wild (transformers 5.24 conversion rules, spec §
 - v5 ``rope_parameters``, flat or keyed by layer type (``full_attention``/``sliding_attention``; ``None`` = NoPE);
 - legacy ``rope_scaling`` (+ top-level ``rope_theta``); a truthy ``rope_scaling`` replaces ``rope_parameters``;
 - ``type`` as an alias of ``rope_type``; ``mrope`` meaning default RoPE with ``mrope_section``;
-- nested ``text_config`` / ``thinker_config.text_config`` (top-level rope keys fill what it lacks);
+- nested ``text_config`` / ``thinker_config.text_config`` (then the top-level rope keys are ignored, as the
+  transformers wrapper configs ignore them; they only move flat hub keys into a text config they create);
 - alias keys ``rotary_emb_base`` (theta), ``rotary_pct`` / ``partial_rotary_factor``, explicit ``head_dim``
   (or ``qk_rope_head_dim`` for DeepSeek), Gemma-3's ``rope_local_base_freq`` for sliding layers;
 - explicit parameters (``from_explicit``).
@@ -27,8 +28,10 @@ from ropeserve.errors import InvalidInput
 
 LAYER_TYPE_LABELS = frozenset({"full_attention", "sliding_attention", "chunked_attention", "linear_attention"})
 TEXT_CONFIG_PATHS: tuple[tuple[str, ...], ...] = (("thinker_config", "text_config"), ("text_config",))
-TOP_LEVEL_ROPE_KEYS = ("rope_scaling", "rope_parameters", "rope_theta")
 LONG_CONTEXT_TYPES = frozenset({"llama3", "yarn", "longrope"})
+EXPLICIT_TOP_LEVEL_KEYS = ("head_dim", "max_position_embeddings", "model_type", "original_max_position_embeddings")
+"""Explicit keys placed at the config's top level; ``original_max_position_embeddings`` goes there because a
+top-level value is authoritative (a rope-dict one would lose to a class default such as Phi-3's 4096)."""
 
 
 @dataclass(frozen=True)
@@ -57,8 +60,10 @@ class RopeParams:
 
     @property
     def rotary_dim(self) -> int:
-        """Channels that rotate: ``int(head_dim * partial_rotary_factor)`` (truncated, as transformers)."""
-        return int(self.head_dim * self.partial_rotary_factor)
+        """Channels that rotate: ``int(head_dim * partial_rotary_factor)`` (truncated, as transformers); 0 when
+        the product is not finite (only possible for unvalidated parameters)."""
+        width = self.head_dim * self.partial_rotary_factor
+        return int(width) if math.isfinite(width) else 0
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict of the set fields plus ``rotary_dim``."""
@@ -93,23 +98,32 @@ class NormalizedConfig:
         return rope_layers[layer_type]
 
 
-def normalize_config(config: Mapping[str, Any]) -> NormalizedConfig:
-    """Normalise a Hugging Face ``config.json`` dict (any form above) into per-layer-type ``RopeParams``."""
+def normalize_config(config: Mapping[str, Any], *, validate: bool = True) -> NormalizedConfig:
+    """Normalise a Hugging Face ``config.json`` dict (any form above) into per-layer-type ``RopeParams``.
+
+    With ``validate=False`` (the linter's mode) unknown rope types, missing required keys and out-of-range
+    values are kept as found instead of raising, so each can be reported on its own; values that cannot be
+    read at all (a non-numeric theta, no head_dim) still raise InvalidInput.
+    """
     if not isinstance(config, Mapping):
         raise InvalidInput("config must be a JSON object", field="config")
     text, pointer = _text_config(config)
     model_type = text.get("model_type") or config.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        where = f"{pointer}/model_type" if "model_type" in text else "/model_type"
+        raise InvalidInput(f"model_type must be a string, got {model_type!r}", field=where)
     family = family_of(model_type)
     rope_dict, rope_pointer = _rope_dict(text, pointer)
-    entries = _layer_entries(text, rope_dict, rope_pointer, family)
+    entries = _layer_entries(text, pointer, rope_dict, rope_pointer, family)
+    nested = any(entry_pointer != rope_pointer for _, entry_pointer in entries.values())
     layers: dict[str, RopeParams | None] = {}
     sources: dict[str, dict[str, str]] = {}
     for layer_type, (entry, entry_pointer) in entries.items():
         if entry is None:
             layers[layer_type] = None
             continue
-        resolver = _Resolver(text, pointer, entry, entry_pointer, family, nested=len(entries) > 1)
-        layers[layer_type] = resolver.build()
+        resolver = _Resolver(text, pointer, entry, entry_pointer, family, nested=nested)
+        layers[layer_type] = resolver.build(validate=validate)
         sources[layer_type] = resolver.sources
     return NormalizedConfig(
         model_type=model_type,
@@ -126,12 +140,20 @@ def from_explicit(params: Mapping[str, Any]) -> RopeParams:
 
     ``params`` holds ``rope_type`` (default ``default``), ``rope_theta``, ``head_dim``, optionally
     ``rotary_dim`` or ``partial_rotary_factor``, ``max_position_embeddings`` and the type's own keys.
+    An error names the offending key as ``rope.<key>``.
     """
     if not isinstance(params, Mapping):
         raise InvalidInput("rope parameters must be a JSON object", field="rope")
-    rope = dict(params)
+    try:
+        return _from_explicit(dict(params))
+    except InvalidInput as error:
+        error.field = _explicit_field(error.field, rotary_dim_given="rotary_dim" in params)
+        raise
+
+
+def _from_explicit(rope: dict[str, Any]) -> RopeParams:
     text: dict[str, Any] = {}
-    for key in ("head_dim", "max_position_embeddings", "model_type"):
+    for key in EXPLICIT_TOP_LEVEL_KEYS:
         if key in rope:
             text[key] = rope.pop(key)
     rotary_dim = rope.pop("rotary_dim", None)
@@ -141,23 +163,45 @@ def from_explicit(params: Mapping[str, Any]) -> RopeParams:
             raise InvalidInput("rotary_dim needs an integer head_dim and rotary_dim", field="rope.rotary_dim")
         if not 0 < rotary_dim <= head_dim:
             raise InvalidInput(f"rotary_dim {rotary_dim} must be in 1..head_dim ({head_dim})", field="rope.rotary_dim")
-        rope["partial_rotary_factor"] = rotary_dim / head_dim
+        rope["partial_rotary_factor"] = factor_for_rotary_dim(rotary_dim, head_dim)
     text["rope_parameters"] = rope
     return normalize_config(text).params()
 
 
+def factor_for_rotary_dim(rotary_dim: int, head_dim: int) -> float:
+    """The smallest ``partial_rotary_factor`` with ``int(head_dim * factor) == rotary_dim``.
+
+    ``rotary_dim / head_dim`` alone is not enough: for e.g. 30/44 the product rounds to 29.999… and truncates
+    to 29, so the quotient is nudged up by ulps until transformers' ``int(head_dim * prf)`` gives it back.
+    """
+    factor = rotary_dim / head_dim
+    while int(head_dim * factor) < rotary_dim:
+        factor = math.nextafter(factor, math.inf)
+    return factor
+
+
+def _explicit_field(field: str | None, rotary_dim_given: bool) -> str:
+    """Map a location in ``from_explicit``'s synthetic config (a JSON pointer) to ``rope.<key>``."""
+    if field and field.startswith("rope."):
+        return field
+    key = (field or "").rsplit("/", 1)[-1]
+    if key == "partial_rotary_factor" and rotary_dim_given:
+        key = "rotary_dim"
+    return "rope" if not key or key.startswith("default") else f"rope.{key}"
+
+
 def _text_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-    """The text-model section and its JSON pointer; top-level rope keys fill what it lacks."""
+    """The text-model section and its JSON pointer (the whole config when it has none).
+
+    A wrapper config (Qwen2-VL, Gemma-3, ...) builds its text model from ``text_config`` alone: rope keys left
+    at the top level next to a ``text_config`` are ignored by transformers, so they are ignored here too.
+    """
     for path in TEXT_CONFIG_PATHS:
         node: Any = config
         for key in path:
             node = node.get(key) if isinstance(node, Mapping) else None
         if isinstance(node, Mapping):
-            text = dict(node)
-            for key in TOP_LEVEL_ROPE_KEYS:
-                if key in config and key not in text:
-                    text[key] = config[key]
-            return text, "/" + "/".join(path)
+            return dict(node), "/" + "/".join(path)
     return dict(config), ""
 
 
@@ -172,11 +216,18 @@ def _rope_dict(text: Mapping[str, Any], pointer: str) -> tuple[dict[str, Any], s
     return {}, f"{pointer}/rope_parameters"
 
 
+def layer_type_labels(text: Mapping[str, Any]) -> frozenset[str]:
+    """Keys that mark a per-layer-type rope dict: the known labels plus the config's ``layer_types``."""
+    layer_types = text.get("layer_types")
+    declared = {t for t in layer_types if isinstance(t, str)} if isinstance(layer_types, list | tuple) else set()
+    return LAYER_TYPE_LABELS | declared
+
+
 def _layer_entries(
-    text: Mapping[str, Any], rope_dict: dict[str, Any], rope_pointer: str, family: ModelFamily
+    text: Mapping[str, Any], pointer: str, rope_dict: dict[str, Any], rope_pointer: str, family: ModelFamily
 ) -> dict[str, tuple[dict[str, Any] | None, str]]:
     """Split a rope dict into per-layer-type entries (``None`` = NoPE layer)."""
-    layer_labels = LAYER_TYPE_LABELS | set(text.get("layer_types") or ())
+    layer_labels = layer_type_labels(text)
     nested_keys = [key for key in rope_dict if key in layer_labels]
     if nested_keys:
         entries: dict[str, tuple[dict[str, Any] | None, str]] = {}
@@ -189,9 +240,11 @@ def _layer_entries(
     local_base = text.get("rope_local_base_freq", family.class_defaults.get("rope_local_base_freq"))
     if local_base is not None:
         sliding = {"rope_type": "default", "rope_theta": local_base}
+        explicit = "rope_local_base_freq" in text
+        local_pointer = f"{pointer}/rope_local_base_freq" if explicit else "default:class:rope_local_base_freq"
         return {
             "full_attention": (rope_dict, rope_pointer),
-            "sliding_attention": (sliding, "/rope_local_base_freq"),
+            "sliding_attention": (sliding, local_pointer),
         }
     return {"full_attention": (rope_dict, rope_pointer)}
 
@@ -229,10 +282,10 @@ class _Resolver:
     def from_class(self, key: str) -> tuple[str, Any]:
         return f"default:class:{key}", self.family.class_defaults.get(key)
 
-    def build(self) -> RopeParams:
+    def build(self, validate: bool = True) -> RopeParams:
         rope_type = self.rope_type()
         keys = ROPE_TYPE_KEYS.get(rope_type)
-        if keys is None:
+        if keys is None and validate:
             raise InvalidInput(
                 f"unknown rope_type {rope_type!r}; known: {sorted(ROPE_TYPE_KEYS)}",
                 field=self.sources["rope_type"],
@@ -246,14 +299,17 @@ class _Resolver:
             rope_type=rope_type,
             rope_theta=self.theta(),
             head_dim=self.head_dim(),
-            partial_rotary_factor=float(
+            partial_rotary_factor=_as_float(
                 self.first(
                     "partial_rotary_factor",
                     self.from_entry("partial_rotary_factor"),
                     self.from_text("partial_rotary_factor"),
                     self.from_text("rotary_pct"),
+                    self.from_class("partial_rotary_factor"),
                     ("default", 1.0),
-                )
+                ),
+                "partial_rotary_factor",
+                self.sources,
             ),
             max_position_embeddings=_as_int(max_pos, "max_position_embeddings", self.sources),
             factor=self.number("factor"),
@@ -274,9 +330,16 @@ class _Resolver:
             mrope_layout=None,
         )
         params = _with_mrope_layout(params, self.entry, self.family)
-        self.check_required(params, keys.required)
-        validate_params(params, self.sources)
+        if validate:
+            self.check_required(params, keys.required)
+            validate_params(params, self.locations())
         return params
+
+    def locations(self) -> dict[str, str]:
+        """Where each value came from, or, for a value that was not given, where it belongs (for errors)."""
+        missing = {f.name: f"{self.entry_pointer}/{f.name}" for f in fields(RopeParams)}
+        missing.update({key: f"{self.pointer}/{key}" for key in ("head_dim", "max_position_embeddings")})
+        return {**missing, **self.sources}
 
     def rope_type(self) -> str:
         raw = self.first("rope_type", self.from_entry("rope_type"), self.from_entry("type"), ("default", "default"))
@@ -300,7 +363,8 @@ class _Resolver:
     def head_dim(self) -> int:
         candidates = [self.from_text("head_dim"), self.from_class("head_dim")]
         if self.family.head_dim_key:
-            candidates.insert(0, self.from_text(self.family.head_dim_key))
+            key = self.family.head_dim_key
+            candidates = [self.from_text(key), self.from_class(key), *candidates]
         value = self.first("head_dim", *[(src, v) for src, v in candidates if v])
         if value is None:
             hidden = self.text.get("hidden_size")
@@ -316,12 +380,17 @@ class _Resolver:
         return _as_int(value, "head_dim", self.sources) or 0
 
     def original_max(self, rope_type: str, max_pos: Any) -> Any:
-        candidates = [self.from_entry("original_max_position_embeddings")]
+        """transformers' rule: for llama3/yarn/longrope a config attribute ``original_max_position_embeddings``
+        (a top-level key, or a class default such as Phi-3's 4096) overwrites a flat rope dict's value; a
+        per-layer-type entry only falls back to ``max_position_embeddings``.
+        """
+        key = "original_max_position_embeddings"
+        candidates = [self.from_entry(key)]
         if rope_type in LONG_CONTEXT_TYPES:
-            top_level = self.from_text("original_max_position_embeddings")
-            candidates = [*candidates, top_level] if self.nested else [top_level, *candidates]
+            if not self.nested:
+                candidates = [self.from_text(key), self.from_class(key), *candidates]
             candidates.append(("default:max_position_embeddings", max_pos))
-        return self.first("original_max_position_embeddings", *candidates)
+        return self.first(key, *candidates)
 
     def number(self, key: str) -> float | None:
         value = self.first(key, self.from_entry(key))
@@ -393,9 +462,12 @@ def validate_params(params: RopeParams, sources: Mapping[str, str] | None = None
             "partial_rotary_factor",
             f"partial_rotary_factor must be in (0, 1], got {params.partial_rotary_factor}",
         )
-    if params.rotary_dim < 2 or params.rotary_dim % 2:
+    if params.rope_type == "proportional":  # full-width cos/sin with a zero tail: only the head must pair up
+        if params.head_dim < 2 or params.head_dim % 2:
+            fail("head_dim", f"proportional RoPE rotates the full head: head_dim {params.head_dim} must be even")
+    elif params.rotary_dim < 2 or params.rotary_dim % 2:
         fail(
-            "partial_rotary_factor",
+            "partial_rotary_factor" if params.partial_rotary_factor != 1.0 else "head_dim",
             f"rotary dimension int(head_dim*partial_rotary_factor) = {params.rotary_dim} must be even and >= 2",
         )
     for key in (

@@ -1,0 +1,40 @@
+"""``POST /v1/config/validate``: the config linter over HTTP, for deployment pipelines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import Field
+
+from ropeserve.api.runtime import RuntimeDep
+from ropeserve.api.schemas import StrictModel
+from ropeserve.lint import validate_config_request
+
+router = APIRouter(tags=["lint"])
+
+
+class ValidateRequest(StrictModel):
+    config: dict[str, Any] = Field(..., description="A Hugging Face config.json object (any form).")
+    intent: dict[str, Any] | None = Field(
+        None,
+        description="Deployment intent: engines (e.g. 'vllm==0.9.1'), max_model_len (or context_length / n_ctx), "
+        "dtype, phase_dtype, env, pairing, mrope_layout, rope_override, video_fps, max_video_seconds, positions.",
+        examples=[{"engines": ["vllm", "sglang"], "max_model_len": 131072, "dtype": "bf16"}],
+    )
+    tokenizer_config: dict[str, Any] | None = Field(None, description="tokenizer_config.json (model_max_length).")
+    draft_config: dict[str, Any] | None = Field(None, description="The speculative draft model's config.json.")
+
+
+@router.post(
+    "/v1/config/validate",
+    summary="Lint an inference config against a deployment intent",
+    description="Returns findings (rule id, severity, JSON pointer, message, fix, reference), the maximum length "
+    "and rope cache rows each target engine derives, and cos/sin numerics for the dtype. Problems in the config "
+    "are findings (200); only a malformed request is a 422. Rules: docs/lint.md.",
+)
+def validate_config(body: ValidateRequest, runtime: RuntimeDep) -> dict[str, Any]:
+    report = validate_config_request(body.model_dump(exclude_none=True))
+    for finding in report["findings"]:
+        runtime.metrics.lint_findings.labels(rule=finding["rule"], severity=finding["severity"]).inc()
+    return report

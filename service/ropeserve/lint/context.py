@@ -1,0 +1,142 @@
+"""Everything a rule may look at, computed once per lint run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from ropeserve.lint import pointers
+from ropeserve.lint.engines import EngineLength, derive_length
+from ropeserve.lint.findings import Hit
+from ropeserve.lint.intent import DTYPE_ALIASES, DeploymentIntent, EngineTarget
+from ropeserve.lint.model import ModelView
+from ropeserve.lint.numerics import TableError, table_error
+
+DEFAULT_DTYPE = "bfloat16"
+FLOAT32_TABLE_ENGINES = frozenset({"llama.cpp"})
+"""Engines whose cos/sin stay float32 whatever the model dtype (ggml rotates in float32)."""
+
+
+@dataclass(frozen=True)
+class NumericsRow:
+    engine: str
+    error: TableError
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, **self.error.as_dict()}
+
+
+@dataclass
+class LintContext:
+    """The intent, the config as engines see it (``model``, after any rope override) and as written
+    (``original``), the optional tokenizer and draft documents, and per-target lengths and numerics."""
+
+    intent: DeploymentIntent
+    model: ModelView
+    original: ModelView
+    tokenizer_config: Mapping[str, Any] | None = None
+    draft: ModelView | None = None
+    lengths: dict[str, EngineLength] = field(default_factory=dict)
+    dtype: str = DEFAULT_DTYPE
+    dtype_source: str = "assumed"
+
+    @classmethod
+    def build(
+        cls,
+        config: Mapping[str, Any],
+        intent: DeploymentIntent,
+        tokenizer_config: Mapping[str, Any] | None = None,
+        draft_config: Mapping[str, Any] | None = None,
+    ) -> LintContext:
+        original = ModelView.build(config)
+        model = ModelView.build(config, intent.rope_override) if intent.rope_override is not None else original
+        dtype, dtype_source = _model_dtype(model, intent)
+        return cls(
+            intent=intent,
+            model=model,
+            original=original,
+            tokenizer_config=tokenizer_config,
+            draft=ModelView.build(draft_config) if draft_config is not None else None,
+            lengths={t.name: derive_length(model, t.name, tokenizer_config) for t in intent.engines},
+            dtype=dtype,
+            dtype_source=dtype_source,
+        )
+
+    @property
+    def requested(self) -> int | None:
+        return self.intent.max_model_len
+
+    def served(self, engine: str) -> int | None:
+        """The length ``engine`` will serve: the requested one, else the engine's default."""
+        length = self.lengths.get(engine)
+        return self.requested if length is None else length.served(self.requested)
+
+    @property
+    def longest(self) -> int | None:
+        """The longest length any target serves (None when nothing is known)."""
+        served = [n for n in (self.served(t.name) for t in self.intent.engines) if n]
+        return max(served, default=None)
+
+    def targets(self, *names: str) -> list[EngineTarget]:
+        """The intent's targets among ``names`` (all targets when no name is given)."""
+        return [t for t in self.intent.engines if not names or t.name in names]
+
+    def targeted(self, *names: str) -> list[str]:
+        return [t.name for t in self.targets(*names)]
+
+    @property
+    def pairing(self) -> str:
+        return self.model.family.pairing
+
+    def hit(self, pointer: str, message: str, fix: str, engine: str | None = None) -> Hit:
+        """A hit at ``pointer`` of the effective config; rope-override fields point into the intent."""
+        override_root = pointers.join(self.model.text_pointer, "rope_parameters")
+        if self.intent.rope_override is not None and (
+            pointer == override_root or pointer.startswith(override_root + "/")
+        ):
+            return Hit("/rope_override" + pointer[len(override_root) :], message, fix, engine, "intent")
+        return Hit(pointer, message, fix, engine)
+
+    def intent_hit(self, key: str, message: str, fix: str, engine: str | None = None) -> Hit:
+        return Hit(pointers.join("", *key.split("/")), message, fix, engine, "intent")
+
+    def table_dtype(self, engine: str) -> str:
+        return "float32" if engine in FLOAT32_TABLE_ENGINES else self.dtype
+
+    @cached_property
+    def numerics(self) -> list[NumericsRow]:
+        """cos/sin error per target at the last position it serves (empty when the frequencies are undefined)."""
+        main = self.model.computable_main
+        if main is None:
+            return []
+        rows, cache = [], {}
+        for target in self.intent.engines:
+            served = self.served(target.name)
+            if not served:
+                continue
+            key = (served - 1, self.intent.phase_dtype, self.table_dtype(target.name))
+            if key not in cache:
+                cache[key] = table_error(main, *key)
+            rows.append(NumericsRow(target.name, cache[key]))
+        return rows
+
+    @cached_property
+    def float32_reference(self) -> TableError | None:
+        """The error of float32 phases and float32 tables at the longest served position."""
+        main, longest = self.model.computable_main, self.longest
+        if main is None or not longest:
+            return None
+        return table_error(main, longest - 1, "float32", "float32")
+
+
+def _model_dtype(model: ModelView, intent: DeploymentIntent) -> tuple[str, str]:
+    if intent.dtype is not None:
+        return intent.dtype, "intent"
+    for section, pointer in ((model.text, model.text_pointer), (model.document, "")):
+        for key in ("dtype", "torch_dtype"):
+            dtype = DTYPE_ALIASES.get(str(section.get(key, "")).lower())
+            if dtype is not None:
+                return dtype, pointers.join(pointer, key)
+    return DEFAULT_DTYPE, "assumed"

@@ -1,0 +1,363 @@
+"""What each target engine does with a config: rope-kind support, required keys, derived length, cache rows.
+
+Facts come from engines-and-config-lint.md (§1 vLLM stack, §2 length derivation, §6 support matrix) and are
+pinned to the versions read there (vLLM @18ec6629, SGLang @eb047c16, TGI @db931fcf). vLLM PR #56446 (2026)
+changes the yarn-alias handling of step 5; re-read it against the version you pin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ropeserve.config import RopeParams
+from ropeserve.lint.intent import ENGINES, EngineTarget
+from ropeserve.lint.model import ModelView
+from ropeserve.lint.spectrum import effective_factor, finite_positive
+from ropeserve.lint.versions import Version
+
+NEVER_SCALED_BY_FACTOR = frozenset({"su", "longrope", "llama3"})
+"""vLLM step 5 skips these types: their max_position_embeddings is already the extended length."""
+TOKENIZER_SENTINEL = 10**15
+"""``tokenizer_config.model_max_length`` at or above this is transformers' "no limit" placeholder."""
+
+
+@dataclass(frozen=True)
+class Support:
+    """One cell of the §6 matrix: Y, P (caveat, reported by its own rule), N (refused), ? (not verified)."""
+
+    level: str
+    since: str | None = None
+    note: str = ""
+
+    def refuses(self, target: EngineTarget) -> str | None:
+        """Why ``target`` cannot run this kind (None when it can, or when it is only unverified)."""
+        if self.level == "N":
+            return self.note or "not supported"
+        if self.since and target.spec.may_predate(Version.parse(self.since)):
+            return f"needs {target.name} >= {self.since}" + (f" ({self.note})" if self.note else "")
+        return None
+
+
+def _row(transformers: Support, vllm: Support, sglang: Support, tgi: Support, llama_cpp: Support) -> dict[str, Support]:
+    return dict(zip(ENGINES, (transformers, vllm, sglang, tgi, llama_cpp), strict=True))
+
+
+Y, P, N, UNKNOWN = Support("Y"), Support("P"), Support("N"), Support("?")
+VLLM_ONLY = _row(N, Y, N, N, N)
+SUPPORT: dict[str, dict[str, Support]] = {
+    "default": _row(Y, Y, Y, Y, Y),
+    "linear": _row(Y, Y, Y, P, Y),
+    "dynamic": _row(Y, P, P, Y, Support("N", note="llama.cpp has no dynamic NTK scaling type")),
+    "yarn": _row(Y, Y, Y, P, Y),
+    "longrope": _row(Y, P, Y, P, P),
+    "llama3": _row(Support("Y", "4.43.0", "llama3 rope type"), Y, Y, Y, Y),
+    "mrope_chunked": _row(Support("Y", "4.45.0", "Qwen2-VL M-RoPE"), Y, Y, Y, Y),
+    "mrope_interleaved": _row(
+        Support("Y", "4.57.0", "Qwen3-VL interleaved M-RoPE"),
+        Y,
+        Y,
+        Support("N", note="TGI has no interleaved M-RoPE (no Qwen3-VL model)"),
+        Y,
+    ),
+    "deepseek_yarn": _row(
+        Support("N", note="transformers has no 'deepseek_yarn' type; DeepSeek configs say 'yarn'"),
+        Y,
+        Y,
+        Support("N", note="TGI raises NotImplementedError for unknown rope types"),
+        UNKNOWN,
+    ),
+    "deepseek_llama_scaling": _row(N, Y, Y, N, UNKNOWN),
+    "proportional": _row(Y, UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN),
+    "ntk": VLLM_ONLY,
+    "xdrope": VLLM_ONLY,
+    "mllama4": VLLM_ONLY,
+}
+
+
+def rope_kinds(params: RopeParams) -> tuple[str, ...]:
+    """The §6 rows a layer's parameters fall under: its type, plus the M-RoPE layout when sectioned."""
+    kinds = [params.rope_type]
+    if params.mrope_section is not None:
+        kinds.append(f"mrope_{params.mrope_layout or 'chunked'}")
+    return tuple(kinds)
+
+
+def support(kind: str, engine: str) -> Support:
+    row = SUPPORT.get(kind)
+    if row is None:
+        return Support("N", note=f"unknown rope type {kind!r}")
+    return row[engine]
+
+
+Requirement = tuple[str, ...]
+"""Alternative keys, one of which must be present."""
+
+_LLAMA3_KEYS: tuple[Requirement, ...] = (
+    ("factor",),
+    ("low_freq_factor",),
+    ("high_freq_factor",),
+    ("original_max_position_embeddings",),
+)
+_VLLM_REQUIRED: dict[str, tuple[Requirement, ...]] = {
+    "linear": (("factor",),),
+    "dynamic": (("factor", "alpha"),),
+    "yarn": (("factor",), ("original_max_position_embeddings",)),
+    "deepseek_yarn": (("factor",), ("original_max_position_embeddings",)),
+    "llama3": _LLAMA3_KEYS,
+    "longrope": (("short_factor",), ("long_factor",), ("original_max_position_embeddings",)),
+}
+REQUIRED_KEYS: dict[str, dict[str, tuple[Requirement, ...]]] = {
+    # transformers fills original_max_position_embeddings from max_position_embeddings (standardisation).
+    "transformers": {
+        "linear": (("factor",),),
+        "dynamic": (("factor",),),
+        "yarn": (("factor",),),
+        "llama3": _LLAMA3_KEYS[:3],
+        "longrope": (("short_factor",), ("long_factor",)),
+    },
+    # get_rope indexes the dict directly: KeyError at model init.
+    "vllm": _VLLM_REQUIRED,
+    # SGLang's factory reads ``factor`` for dynamic even when ``alpha`` is given.
+    "sglang": {**_VLLM_REQUIRED, "dynamic": (("factor",),)},
+}
+TOP_LEVEL_FOLDED = frozenset({"original_max_position_embeddings", "rope_theta", "partial_rotary_factor"})
+"""Keys vLLM's ``patch_rope_parameters`` (and SGLang's config loader) copy from the top level into the dict."""
+
+
+@dataclass(frozen=True)
+class EngineLength:
+    """Per-engine length facts (§2): what it derives, serves by default, and how many cos/sin rows it caches."""
+
+    engine: str
+    derived: int | None
+    derived_from: str
+    default: int | None
+    cache_rows: int | None
+    check: str
+    override_env: str | None = None
+    notes: tuple[str, ...] = ()
+    cache_rows_by_layer: Mapping[str, int] = field(default_factory=dict)
+
+    def served(self, requested: int | None) -> int | None:
+        return requested if requested is not None else self.default
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "derived_max_len": self.derived,
+            "derived_from": self.derived_from,
+            "default_max_len": self.default,
+            "rope_cache_rows": self.cache_rows,
+            "rope_cache_rows_by_layer": dict(self.cache_rows_by_layer),
+            "length_check": self.check,
+            "override_env": self.override_env,
+            "notes": list(self.notes),
+        }
+
+
+VLLM_LENGTH_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
+SGLANG_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
+TGI_LENGTH_KEYS = ("max_position_embeddings", "max_seq_len", "n_positions")
+ENGINE_DEFAULT_LENGTH = 2048
+LENGTH_CEILING = 2**63
+"""Scaled lengths saturate here, so absurd factors cannot overflow the arithmetic."""
+
+
+def scaled_length(length: float, factor: float) -> int:
+    """``int(length * factor)``, saturating at LENGTH_CEILING."""
+    return int(min(length * factor, LENGTH_CEILING))
+
+
+def length_keys(view: ModelView, keys: tuple[str, ...]) -> dict[str, int]:
+    """The positive length keys of the text section that appear in ``keys`` (class defaults included)."""
+    found = {key: finite_positive(view.text_value(key)) for key in keys}
+    return {key: int(value) for key, value in found.items() if value is not None}
+
+
+def tokenizer_limit(tokenizer_config: Mapping[str, Any] | None) -> int | None:
+    value = finite_positive((tokenizer_config or {}).get("model_max_length"))
+    return int(value) if value is not None and value < TOKENIZER_SENTINEL else None
+
+
+def cache_rows_by_layer(view: ModelView, engine: str) -> dict[str, int]:
+    """Rows of the engine's precomputed cos/sin cache per RoPE layer type (vLLM, SGLang; empty otherwise)."""
+    if engine not in ("vllm", "sglang"):
+        return {}
+    rows = {name: cache_rows_for(params, engine) for name, params in view.layers.items()}
+    return {name: count for name, count in rows.items() if count is not None}
+
+
+def cache_rows(view: ModelView, engine: str) -> int | None:
+    """The binding cache size: the smallest over the RoPE layer types (None when the engine has no cache)."""
+    return min(cache_rows_by_layer(view, engine).values(), default=None)
+
+
+def cache_rows_for(params: RopeParams, engine: str) -> int | None:
+    """Cache rows vLLM/SGLang allocate for one layer type's parameters (None without a length)."""
+    base = params.max_position_embeddings
+    if base is None:
+        return None
+    factor = effective_factor(params)
+    original = int(finite_positive(params.original_max_position_embeddings) or base)
+    mrope_rows = 4 if engine == "vllm" and params.mrope_section is not None else 1
+    if params.rope_type in ("yarn", "deepseek_yarn"):
+        return scaled_length(mrope_rows * original, factor)
+    if params.rope_type in ("linear", "dynamic"):
+        return scaled_length(base, factor)
+    return mrope_rows * base
+
+
+def _vllm_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None) -> EngineLength:
+    derived, source = _vllm_rope_scaling(view, *_vllm_key_length(view, tokenizer_config))
+    return EngineLength(
+        engine="vllm",
+        derived=derived,
+        derived_from=source,
+        default=_vllm_default_length(view, derived),
+        cache_rows=cache_rows(view, "vllm"),
+        check="refuse",
+        override_env="VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+        cache_rows_by_layer=cache_rows_by_layer(view, "vllm"),
+    )
+
+
+def _vllm_key_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None) -> tuple[int, str]:
+    """Steps 1-4: the smallest length key (``model_max_length`` replaces them all), capped by the tokenizer's."""
+    found = length_keys(view, VLLM_LENGTH_KEYS)
+    if not found:
+        return ENGINE_DEFAULT_LENGTH, "no length key: vLLM assumes 2048"
+    if "model_max_length" in found:
+        derived, source = found["model_max_length"], "model_max_length (replaces the other keys)"
+    else:
+        key = min(found, key=found.__getitem__)
+        derived, source = found[key], f"{key} (smallest length key)"
+    limit = tokenizer_limit(tokenizer_config)
+    if limit is not None and limit < derived:
+        return limit, "tokenizer_config model_max_length"
+    return derived, source
+
+
+def _vllm_rope_scaling(view: ModelView, derived: int, source: str) -> tuple[int, str]:
+    """Step 5: times the rope factor (yarn restarts from the original length); llama3, longrope and Gemma-3
+    keep the length, which already includes their extension."""
+    if view.is_gemma3:
+        return derived, f"{source} (gemma3: rope factor not applied)"
+    factor = 1.0
+    for params in view.layers.values():
+        if params.rope_type in NEVER_SCALED_BY_FACTOR:
+            continue
+        factor = finite_positive(params.factor) or factor
+        original = finite_positive(params.original_max_position_embeddings)
+        if params.rope_type == "yarn" and original:
+            derived, source = int(original), "original_max_position_embeddings"
+    if factor == 1.0:
+        return derived, source
+    return scaled_length(derived, factor), f"{source} x factor {factor:g}"
+
+
+def _vllm_default_length(view: ModelView, derived: int) -> int:
+    """Step 7: with no max_model_len, longrope serves the top-level original length, others the derived one."""
+    main, original = view.main, finite_positive(view.text.get("original_max_position_embeddings"))
+    if main is not None and main.rope_type == "longrope" and original:
+        return int(original)
+    return derived
+
+
+def _sglang_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None) -> EngineLength:
+    entry = view.main_entry
+    written = finite_positive(entry.get("factor", 1) if entry is not None else 1) or 1
+    dropped = entry is not None and (
+        entry.has("original_max_position_embeddings") or entry.get("rope_type") == "llama3"
+    )
+    factor = 1 if dropped else written
+    found = length_keys(view, SGLANG_LENGTH_KEYS)
+    key = next(iter(found), None)
+    base, source = (found[key], key) if key else (ENGINE_DEFAULT_LENGTH, "no length key: SGLang assumes 2048")
+    derived = scaled_length(base, factor)
+    if factor != 1:
+        source += f" x factor {factor:g}"
+    elif written != 1:
+        source += " (factor dropped: the rope dict has original_max_position_embeddings or is llama3)"
+    return EngineLength(
+        engine="sglang",
+        derived=derived,
+        derived_from=source,
+        default=derived,
+        cache_rows=cache_rows(view, "sglang"),
+        check="refuse",
+        override_env="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN",
+        cache_rows_by_layer=cache_rows_by_layer(view, "sglang"),
+    )
+
+
+def _tgi_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None) -> EngineLength:
+    top = {k: view.document[k] for k in TGI_LENGTH_KEYS if isinstance(view.document.get(k), int)}
+    key = next(iter(top), None)
+    notes = ["cos/sin grow with the longest sequence seen; no startup length check"]
+    if key is None:
+        notes.append("the launcher reads top-level keys only and found none (not verified)")
+        return EngineLength("tgi", None, "no top-level length key", None, None, "none", None, tuple(notes))
+    derived, source = top[key], key
+    limit = tokenizer_limit(tokenizer_config)
+    if limit is not None and limit < derived:
+        derived, source = limit, "tokenizer_config model_max_length"
+    return EngineLength("tgi", derived, source, derived, None, "none", None, tuple(notes))
+
+
+def _llama_cpp_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None) -> EngineLength:
+    n_ctx_train = length_keys(view, ("max_position_embeddings",)).get("max_position_embeddings")
+    notes = ("n_ctx_train = GGUF context_length, converted from max_position_embeddings",)
+    return EngineLength("llama.cpp", n_ctx_train, "max_position_embeddings", n_ctx_train, None, "cap", None, notes)
+
+
+def _transformers_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None) -> EngineLength:
+    max_positions = length_keys(view, ("max_position_embeddings",)).get("max_position_embeddings")
+    notes = ("cos/sin computed per forward in float32; no cache, no length check",)
+    return EngineLength(
+        "transformers", max_positions, "max_position_embeddings", max_positions, None, "none", None, notes
+    )
+
+
+LengthDeriver = Callable[[ModelView, Mapping[str, Any] | None], EngineLength]
+LENGTH_DERIVERS: dict[str, LengthDeriver] = {
+    "transformers": _transformers_length,
+    "vllm": _vllm_length,
+    "sglang": _sglang_length,
+    "tgi": _tgi_length,
+    "llama.cpp": _llama_cpp_length,
+}
+
+
+def derive_length(view: ModelView, engine: str, tokenizer_config: Mapping[str, Any] | None = None) -> EngineLength:
+    return LENGTH_DERIVERS[engine](view, tokenizer_config)
+
+
+def position_capacity(view: ModelView) -> int | None:
+    """The longest context the rope config is trained or scaled for, engine-independent.
+
+    ``max_position_embeddings``, except yarn (``original x factor`` when larger) and linear/dynamic scaling
+    of an unscaled length (``max_position_embeddings x factor``; Gemma-3 stores the scaled length already).
+    """
+    main = view.main
+    limit = finite_positive(main.max_position_embeddings) if main is not None else None
+    if main is None or limit is None:
+        return None
+    limit, factor = int(limit), effective_factor(main)
+    original = finite_positive(main.original_max_position_embeddings)
+    if main.rope_type in ("yarn", "deepseek_yarn") and original:
+        return max(limit, scaled_length(original, factor))
+    if main.rope_type in ("linear", "dynamic") and not view.is_gemma3:
+        return scaled_length(limit, factor)
+    return limit

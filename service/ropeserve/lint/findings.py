@@ -1,0 +1,130 @@
+"""Rule registry and findings.
+
+A rule is a function ``LintContext -> Iterable[Hit]`` registered with ``@rule(...)``; the registry adds the
+rule's stable id, family, severity and reference to each hit to make a ``Finding``. Ids are grouped by
+family: RS1xx schema, RS2xx ranges, RS3xx length, RS4xx extension behaviour, RS5xx M-RoPE, RS6xx pairing,
+RS7xx numerics, RS8xx positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ropeserve.lint.context import LintContext
+
+NOTE = "engines-and-config-lint.md"
+SPEC = "transformers-rope-spec.md"
+DOCS_URI = "https://ropeserve.dev/docs/lint"
+
+
+class Severity(IntEnum):
+    INFO = 1
+    WARNING = 2
+    ERROR = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @property
+    def sarif_level(self) -> str:
+        return {Severity.INFO: "note", Severity.WARNING: "warning", Severity.ERROR: "error"}[self]
+
+    @classmethod
+    def parse(cls, text: str) -> Severity:
+        return cls[text.strip().upper()]
+
+
+FAMILIES = {
+    "schema": "RS1xx",
+    "ranges": "RS2xx",
+    "length": "RS3xx",
+    "extension": "RS4xx",
+    "mrope": "RS5xx",
+    "pairing": "RS6xx",
+    "numerics": "RS7xx",
+    "positions": "RS8xx",
+}
+
+
+@dataclass(frozen=True)
+class Hit:
+    """What a rule function reports: where, what, how to fix it, and for which engine (if engine-specific)."""
+
+    pointer: str
+    message: str
+    fix: str
+    engine: str | None = None
+    artifact: str = "config"
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    name: str
+    family: str
+    severity: Severity
+    summary: str
+    reference: str
+    catalogue: str | None
+    check: Callable[[LintContext], Iterable[Hit]]
+
+    @property
+    def help_uri(self) -> str:
+        if self.reference.startswith("http"):
+            return self.reference.split()[0]
+        return f"{DOCS_URI}#{self.id.lower()}"
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: Rule
+    hit: Hit
+
+    @property
+    def severity(self) -> Severity:
+        return self.rule.severity
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule.id,
+            "name": self.rule.name,
+            "family": self.rule.family,
+            "severity": self.severity.label,
+            "artifact": self.hit.artifact,
+            "pointer": self.hit.pointer,
+            "engine": self.hit.engine,
+            "message": self.hit.message,
+            "fix": self.hit.fix,
+            "reference": self.rule.reference,
+        }
+
+
+RULES: dict[str, Rule] = {}
+
+
+def rule(
+    rule_id: str,
+    name: str,
+    *,
+    family: str,
+    severity: Severity,
+    summary: str,
+    reference: str,
+    catalogue: str | None = None,
+) -> Callable[[Callable[[LintContext], Iterable[Hit]]], Callable[[LintContext], Iterable[Hit]]]:
+    """Register a rule function under a stable id (which must sit in its family's id range)."""
+    if family not in FAMILIES or not rule_id.startswith(FAMILIES[family][:3]):
+        raise ValueError(f"rule {rule_id} does not fit family {family!r}")
+
+    def register(check: Callable[[LintContext], Iterable[Hit]]) -> Callable[[LintContext], Iterable[Hit]]:
+        if rule_id in RULES:
+            raise ValueError(f"duplicate rule id {rule_id}")
+        RULES[rule_id] = Rule(rule_id, name, family, severity, summary, reference, catalogue, check)
+        return check
+
+    return register

@@ -1,0 +1,265 @@
+"""The deployment intent a config is linted against: engines, context length, dtype, env flags, layouts."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any
+
+from ropeserve.errors import InvalidInput
+from ropeserve.lint.versions import VersionSpec
+
+ENGINES = ("transformers", "vllm", "sglang", "tgi", "llama.cpp")
+ENGINE_ALIASES = {
+    "hf": "transformers",
+    "text-generation-inference": "tgi",
+    "llamacpp": "llama.cpp",
+    "llama_cpp": "llama.cpp",
+    "llama-cpp": "llama.cpp",
+}
+DTYPE_ALIASES = {
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+    "float16": "float16",
+    "fp32": "float32",
+    "float": "float32",
+    "float32": "float32",
+}
+LENGTH_KEYS = ("max_model_len", "context_length", "n_ctx")
+PAIRINGS = ("neox", "gptj")
+MROPE_LAYOUTS = ("chunked", "interleaved")
+TRUTHY = frozenset({"1", "true", "yes", "on"})
+_TARGET = re.compile(r"^\s*(?P<name>[A-Za-z][\w.\-]*?)\s*(?P<spec>(?:[=!<>~]=?=?|@).*)?$")
+
+
+@dataclass(frozen=True)
+class EngineTarget:
+    """One target engine and the versions the deployment may run (an empty spec means any)."""
+
+    name: str
+    spec: VersionSpec = VersionSpec()
+
+    @classmethod
+    def parse(cls, text: str, field: str = "engine") -> EngineTarget:
+        """``vllm``, ``vllm==0.9.1``, ``vllm>=0.10,<0.12``, ``llama.cpp==b4500``; aliases such as ``hf``."""
+        match = _TARGET.match(text) if isinstance(text, str) else None
+        if match is None:
+            raise InvalidInput(f"not an engine target: {text!r} (e.g. 'vllm==0.9.1')", field=field)
+        name = canonical_engine(match["name"], field)
+        try:
+            spec = VersionSpec.parse(_as_constraint((match["spec"] or "").removeprefix("@")))
+        except InvalidInput as error:
+            raise InvalidInput(f"{text!r}: {error.detail}", field=field) from None
+        return cls(name, spec)
+
+    def __str__(self) -> str:
+        return f"{self.name}{self.spec}"
+
+
+def _as_constraint(version: str) -> str:
+    """A bare version pins it (``0.9.1`` -> ``==0.9.1``); a constraint or the empty string stays as is."""
+    version = version.strip()
+    return version if not version or version[0] in "=!<>~" else f"=={version}"
+
+
+def canonical_engine(name: str, field: str = "engine") -> str:
+    key = name.strip().lower()
+    key = ENGINE_ALIASES.get(key, key)
+    if key not in ENGINES:
+        raise InvalidInput(f"unknown engine {name!r}; known: {', '.join(ENGINES)}", field=field)
+    return key
+
+
+@dataclass(frozen=True)
+class PositionPlan:
+    """How a serving stack builds position ids; ``engine`` means the engine's own (correct) code path."""
+
+    padding_side: str = "right"
+    position_ids: str = "engine"
+    chunked_prefill: str = "engine"
+    mrope_decode: str = "engine"
+
+    CHOICES = MappingProxyType(
+        {
+            "padding_side": ("left", "right"),
+            "position_ids": ("engine", "per_row", "cache_position"),
+            "chunked_prefill": ("engine", "slice", "recompute"),
+            "mrope_decode": ("engine", "delta", "sequential"),
+        }
+    )
+
+
+@dataclass(frozen=True)
+class DeploymentIntent:
+    """What the deployment will do with the config.
+
+    * **engines** - target engines with version constraints (default: all five, any version).
+    * **max_model_len** - requested context length (vLLM ``max_model_len``, SGLang ``context_length``,
+      llama.cpp ``n_ctx``); ``None`` lets each engine pick its default.
+    * **dtype** - model dtype the rope tables are cast to; ``None`` reads the config's (``torch_dtype``/``dtype``).
+    * **phase_dtype** - dtype the angles ``p * inv_freq`` are computed in (engines use float32).
+    * **env** - environment of the engine processes (``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` etc.).
+    * **pairing** / **mrope_layout** - what the deployment's kernels or converted weights expect.
+    * **rope_override** - rope parameters given outside config.json (vLLM ``--hf-overrides``
+      ``rope_parameters``, TGI ``ROPE_SCALING``/``ROPE_FACTOR``); they replace the config's rope dict.
+    * **video_fps** / **max_video_seconds** - multimodal video input the deployment serves.
+    * **positions** - how a custom stack builds position ids (``PositionPlan``).
+    """
+
+    engines: tuple[EngineTarget, ...] = tuple(EngineTarget(name) for name in ENGINES)
+    max_model_len: int | None = None
+    dtype: str | None = None
+    phase_dtype: str = "float32"
+    env: Mapping[str, str] = field(default_factory=dict)
+    pairing: str | None = None
+    mrope_layout: str | None = None
+    rope_override: Mapping[str, Any] | None = None
+    video_fps: float | None = None
+    max_video_seconds: float | None = None
+    positions: PositionPlan = PositionPlan()
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None, pointer: str = "/intent") -> DeploymentIntent:
+        """Build an intent from a JSON-able dict (the HTTP and ``--intent`` form); InvalidInput names the field."""
+        if data is None:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise InvalidInput("intent must be a JSON object", field=pointer)
+        known = {f.name for f in fields(cls)} | set(LENGTH_KEYS)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InvalidInput(
+                f"unknown intent keys {unknown}; known: {sorted(known)}", field=f"{pointer}/{unknown[0]}"
+            )
+        return cls(
+            engines=_engines(data.get("engines"), f"{pointer}/engines"),
+            max_model_len=_requested_length(data, pointer),
+            dtype=_optional_dtype(data.get("dtype"), f"{pointer}/dtype"),
+            phase_dtype=_optional_dtype(data.get("phase_dtype"), f"{pointer}/phase_dtype") or "float32",
+            env=_env(data.get("env"), f"{pointer}/env"),
+            pairing=_choice(data.get("pairing"), PAIRINGS, f"{pointer}/pairing"),
+            mrope_layout=_choice(data.get("mrope_layout"), MROPE_LAYOUTS, f"{pointer}/mrope_layout"),
+            rope_override=_optional_object(data.get("rope_override"), f"{pointer}/rope_override"),
+            video_fps=_positive_number(data.get("video_fps"), f"{pointer}/video_fps"),
+            max_video_seconds=_positive_number(data.get("max_video_seconds"), f"{pointer}/max_video_seconds"),
+            positions=_positions(data.get("positions"), f"{pointer}/positions"),
+        )
+
+    def env_flag(self, name: str) -> bool:
+        return str(self.env.get(name, "")).strip().lower() in TRUTHY
+
+    def target(self, engine: str) -> EngineTarget | None:
+        return next((t for t in self.engines if t.name == engine), None)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "engines": [str(t) for t in self.engines],
+            "max_model_len": self.max_model_len,
+            "dtype": self.dtype,
+            "phase_dtype": self.phase_dtype,
+            "env": dict(self.env),
+            "pairing": self.pairing,
+            "mrope_layout": self.mrope_layout,
+            "rope_override": dict(self.rope_override) if self.rope_override is not None else None,
+            "video_fps": self.video_fps,
+            "max_video_seconds": self.max_video_seconds,
+            "positions": {f.name: getattr(self.positions, f.name) for f in fields(PositionPlan)},
+        }
+
+
+def normalize_dtype(value: str, field: str = "dtype") -> str:
+    dtype = DTYPE_ALIASES.get(str(value).strip().lower())
+    if dtype is None:
+        raise InvalidInput(f"unknown dtype {value!r}; use one of {sorted(set(DTYPE_ALIASES))}", field=field)
+    return dtype
+
+
+def _engines(value: Any, pointer: str) -> tuple[EngineTarget, ...]:
+    if value is None:
+        return DeploymentIntent.engines
+    if isinstance(value, str) or not isinstance(value, Sequence) or not value:
+        raise InvalidInput("engines must be a non-empty list", field=pointer)
+    targets = []
+    for index, item in enumerate(value):
+        where = f"{pointer}/{index}"
+        if isinstance(item, Mapping):
+            name = item.get("name")
+            version = item.get("version") or ""
+            if not isinstance(name, str) or not isinstance(version, str):
+                raise InvalidInput("an engine object needs string 'name' and optional string 'version'", field=where)
+            item = name + _as_constraint(version)
+        targets.append(EngineTarget.parse(item, where))
+    names = [t.name for t in targets]
+    duplicate = next((n for n in names if names.count(n) > 1), None)
+    if duplicate:
+        raise InvalidInput(f"engine {duplicate!r} is listed twice", field=pointer)
+    return tuple(targets)
+
+
+def _requested_length(data: Mapping[str, Any], pointer: str) -> int | None:
+    given = [key for key in LENGTH_KEYS if data.get(key) is not None]
+    if len(given) > 1 and len({data[key] for key in given}) > 1:
+        raise InvalidInput(f"{given} disagree; give one requested length", field=f"{pointer}/{given[1]}")
+    if not given:
+        return None
+    value = data[given[0]]
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise InvalidInput(f"{given[0]} must be a positive integer, got {value!r}", field=f"{pointer}/{given[0]}")
+    return value
+
+
+def _optional_dtype(value: Any, pointer: str) -> str | None:
+    return None if value is None else normalize_dtype(value, pointer)
+
+
+def _env(value: Any, pointer: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise InvalidInput("env must be an object of NAME: value", field=pointer)
+    return {key: str(item) for key, item in value.items()}
+
+
+def _choice(value: Any, choices: tuple[str, ...], pointer: str) -> str | None:
+    if value is None:
+        return None
+    if value not in choices:
+        raise InvalidInput(f"must be one of {list(choices)}, got {value!r}", field=pointer)
+    return value
+
+
+def _optional_object(value: Any, pointer: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidInput("must be a JSON object", field=pointer)
+    for key, item in value.items():
+        if isinstance(item, float) and not math.isfinite(item):
+            raise InvalidInput(f"must be a finite number, got {item!r}", field=f"{pointer}/{key}")
+    return dict(value)
+
+
+def _positive_number(value: Any, pointer: str) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < math.inf:
+        raise InvalidInput(f"must be a finite positive number, got {value!r}", field=pointer)
+    return float(value)
+
+
+def _positions(value: Any, pointer: str) -> PositionPlan:
+    if value is None:
+        return PositionPlan()
+    if not isinstance(value, Mapping):
+        raise InvalidInput("positions must be a JSON object", field=pointer)
+    for key, item in value.items():
+        choices = PositionPlan.CHOICES.get(key)
+        if choices is None:
+            raise InvalidInput(f"unknown key; known: {sorted(PositionPlan.CHOICES)}", field=f"{pointer}/{key}")
+        _choice(item, choices, f"{pointer}/{key}")
+    return PositionPlan(**value)

@@ -1,0 +1,68 @@
+"""``lint_config``: run every registered rule over one config and deployment intent."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import ropeserve.lint.rules  # noqa: F401  (registers the rules)
+from ropeserve.lint.context import LintContext
+from ropeserve.lint.findings import RULES, Finding
+from ropeserve.lint.intent import DeploymentIntent
+from ropeserve.lint.report import LintReport
+
+
+def lint_config(
+    config: Mapping[str, Any],
+    intent: DeploymentIntent | None = None,
+    *,
+    tokenizer_config: Mapping[str, Any] | None = None,
+    draft_config: Mapping[str, Any] | None = None,
+) -> LintReport:
+    """Lint a Hugging Face ``config.json`` dict against a deployment ``intent`` (default: all engines).
+
+    ``tokenizer_config`` (its ``model_max_length``) and a speculative ``draft_config`` are optional. Raises
+    InvalidInput only when ``config`` is not a JSON object; every other problem is a finding.
+    """
+    context = LintContext.build(config, intent or DeploymentIntent(), tokenizer_config, draft_config)
+    findings = [Finding(rule, hit) for rule in RULES.values() for hit in rule.check(context)]
+    findings.sort(key=lambda f: (-f.severity, f.rule.id, f.hit.artifact, f.hit.pointer, f.hit.engine or ""))
+    return LintReport(
+        findings=tuple(findings),
+        engines=tuple(context.lengths.values()),
+        numerics=_numerics_summary(context),
+        model=_model_summary(context),
+        intent=context.intent,
+    )
+
+
+def _model_summary(context: LintContext) -> dict[str, Any]:
+    model, main = context.model, context.model.main
+    return {
+        "model_type": model.model_type,
+        "layers": {name: _layer_kind(params) for name, params in model.layers.items()},
+        "head_dim": main.head_dim if main else None,
+        "rotary_dim": main.rotary_dim if main else None,
+        "rope_theta": main.rope_theta if main and math.isfinite(main.rope_theta) else None,
+        "max_position_embeddings": main.max_position_embeddings if main else None,
+        "pairing": context.pairing,
+        "dtype": context.dtype,
+        "dtype_source": context.dtype_source,
+    }
+
+
+def _layer_kind(params: Any) -> str:
+    if params.mrope_section is None:
+        return params.rope_type
+    return f"{params.rope_type} + {params.mrope_layout} M-RoPE {list(params.mrope_section)}"
+
+
+def _numerics_summary(context: LintContext) -> dict[str, Any]:
+    reference = context.float32_reference
+    return {
+        "phase_dtype": context.intent.phase_dtype,
+        "table_dtype": context.dtype,
+        "engines": [row.as_dict() for row in context.numerics],
+        "float32_reference": reference.as_dict() if reference else None,
+    }

@@ -1,0 +1,188 @@
+"""A config as the linter sees it: the raw rope entries (tolerant) next to the lenient normalisation."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ropeserve.config import (
+    ModelFamily,
+    NormalizedConfig,
+    RopeParams,
+    family_of,
+    normalize_config,
+    validate_params,
+)
+from ropeserve.config.normalize import TEXT_CONFIG_PATHS, layer_type_labels
+from ropeserve.config.schema import ROPE_TYPE_KEYS
+from ropeserve.errors import InvalidInput
+from ropeserve.lint import pointers
+
+ROPE_CONTAINERS = ("rope_scaling", "rope_parameters")
+TEXT_LEVEL_KEYS = frozenset({"max_position_embeddings", "head_dim", "hidden_size", "num_attention_heads"})
+MAX_HEAD_DIM = 4096
+"""Larger heads are treated as a config error (RS206); real models use at most 512."""
+
+
+@dataclass(frozen=True)
+class RopeEntry:
+    """One raw rope dict as written in the file (``data`` is None for a NoPE layer or when absent)."""
+
+    layer_type: str
+    pointer: str
+    data: Mapping[str, Any] | None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return default if self.data is None else self.data.get(key, default)
+
+    def has(self, key: str) -> bool:
+        return self.data is not None and key in self.data
+
+    def key_pointer(self, key: str) -> str:
+        return pointers.join(self.pointer, key)
+
+
+@dataclass(frozen=True)
+class ModelView:
+    """``document`` is the config the engines see (after any rope override); ``text`` its text-model section."""
+
+    document: Mapping[str, Any]
+    text: Mapping[str, Any]
+    text_pointer: str
+    model_type: str | None
+    family: ModelFamily
+    entries: tuple[RopeEntry, ...]
+    normalized: NormalizedConfig | None = None
+    error: InvalidInput | None = None
+    layers: dict[str, RopeParams] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, config: Mapping[str, Any], rope_override: Mapping[str, Any] | None = None) -> ModelView:
+        if not isinstance(config, Mapping):
+            raise InvalidInput("config must be a JSON object", field="/config")
+        document = _with_override(config, rope_override) if rope_override is not None else config
+        text, text_pointer = _text_section(document)
+        model_type = text.get("model_type") or document.get("model_type")
+        try:
+            normalized, error = normalize_config(document, validate=False), None
+        except InvalidInput as failure:
+            normalized, error = None, failure
+        layers = {} if normalized is None else {k: p for k, p in normalized.layers.items() if p is not None}
+        return cls(
+            document=document,
+            text=text,
+            text_pointer=text_pointer,
+            model_type=model_type if isinstance(model_type, str) else None,
+            family=family_of(model_type if isinstance(model_type, str) else None),
+            entries=_rope_entries(text, text_pointer),
+            normalized=normalized,
+            error=error,
+            layers=layers,
+        )
+
+    @property
+    def main(self) -> RopeParams | None:
+        """Full-attention parameters (or the only RoPE layer type's)."""
+        if not self.layers:
+            return None
+        return self.layers.get("full_attention") or next(iter(self.layers.values()))
+
+    @property
+    def computable_main(self) -> RopeParams | None:
+        """``main`` when its frequencies are defined: a known rope type with its required keys, within
+        MAX_HEAD_DIM, passing the normaliser's strict validation."""
+        main = self.main
+        if main is None:
+            return None
+        try:
+            check_computable(main)
+        except InvalidInput:
+            return None
+        return main
+
+    @property
+    def main_entry(self) -> RopeEntry | None:
+        return next((e for e in self.entries if e.layer_type == "full_attention"), None) or (
+            self.entries[0] if self.entries else None
+        )
+
+    def source(self, layer_type: str, key: str) -> str:
+        """Where ``key`` of ``layer_type`` came from: a JSON pointer, or ``default:...``."""
+        if self.normalized is None:
+            return "default"
+        return self.normalized.sources.get(layer_type, {}).get(key, "default")
+
+    def pointer(self, layer_type: str, key: str) -> str:
+        """A JSON pointer for ``key``: its source, or where it belongs in the rope dict when defaulted."""
+        source = self.source(layer_type, key)
+        if source.startswith("/"):
+            return source
+        if key in TEXT_LEVEL_KEYS:
+            return pointers.join(self.text_pointer, key)
+        entry = next((e for e in self.entries if e.layer_type == layer_type), self.main_entry)
+        base = entry.pointer if entry is not None else pointers.join(self.text_pointer, "rope_parameters")
+        return pointers.join(base, key)
+
+    def text_value(self, key: str) -> Any:
+        """``key`` from the text section, else the model class default (as transformers fills it in)."""
+        value = self.text.get(key)
+        return self.family.class_defaults.get(key) if value is None else value
+
+    @property
+    def is_gemma3(self) -> bool:
+        return "gemma3" in (self.model_type or "")
+
+
+def check_computable(params: RopeParams, sources: Mapping[str, str] | None = None) -> None:
+    """Raise InvalidInput unless ``params`` define frequencies the linter can tabulate."""
+    keys = ROPE_TYPE_KEYS.get(params.rope_type)
+    if keys is None:
+        raise InvalidInput(f"no frequency model for rope_type {params.rope_type!r}", field="rope_type")
+    missing = sorted(key for key in keys.required if getattr(params, key) is None)
+    if missing:
+        raise InvalidInput(f"rope_type {params.rope_type!r} requires {missing}", field=missing[0])
+    validate_params(params, sources)
+    if params.rope_theta <= 1:
+        raise InvalidInput(f"rope_theta {params.rope_theta:g} must exceed 1", field="rope_theta")
+    if params.head_dim > MAX_HEAD_DIM:
+        raise InvalidInput(f"head_dim {params.head_dim} exceeds {MAX_HEAD_DIM}", field="head_dim")
+
+
+def _with_override(config: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """The config with its rope dict replaced by ``override`` (as ``--hf-overrides rope_parameters`` does)."""
+    document = copy.deepcopy(dict(config))
+    _, text_pointer = _text_section(document)
+    section = pointers.resolve(document, text_pointer)
+    section.pop("rope_scaling", None)
+    section["rope_parameters"] = dict(override)
+    return document
+
+
+def _text_section(document: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
+    for path in TEXT_CONFIG_PATHS:
+        pointer = pointers.join("", *path)
+        section = pointers.resolve(document, pointer)
+        if isinstance(section, Mapping):
+            return section, pointer
+    return document, ""
+
+
+def _rope_entries(text: Mapping[str, Any], text_pointer: str) -> tuple[RopeEntry, ...]:
+    """The text section's raw rope dict(s), split per layer type when nested (empty when absent).
+
+    As in the normaliser, a truthy ``rope_scaling`` wins over ``rope_parameters``.
+    """
+    for key in ROPE_CONTAINERS:
+        value = text.get(key)
+        if value and isinstance(value, Mapping):
+            pointer = pointers.join(text_pointer, key)
+            nested = [k for k in value if k in layer_type_labels(text)]
+            if not nested:
+                return (RopeEntry("full_attention", pointer, value),)
+            return tuple(
+                RopeEntry(k, pointers.join(pointer, k), value[k] if isinstance(value[k], Mapping) else None)
+                for k in nested
+            )
+    return ()

@@ -1,0 +1,42 @@
+"""Small helpers shared by rule modules."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ropeserve.config import RopeParams
+from ropeserve.config.schema import ROPE_TYPE_ALIASES
+from ropeserve.lint.context import LintContext
+from ropeserve.lint.model import RopeEntry
+
+LEGACY_TYPE_NAMES = {"su": "longrope", **ROPE_TYPE_ALIASES}
+YARN_TYPES = frozenset({"yarn", "deepseek_yarn"})
+
+
+def written_type(entry: RopeEntry) -> str | None:
+    """The type an entry declares (``rope_type`` first, then legacy ``type``), as written."""
+    value = entry.get("rope_type", entry.get("type"))
+    return value if isinstance(value, str) else None
+
+
+def canonical_type(entry: RopeEntry) -> str | None:
+    """The declared type with legacy names mapped (``su`` -> longrope, ``mrope`` -> default)."""
+    declared = written_type(entry)
+    return LEGACY_TYPE_NAMES.get(declared, declared) if declared is not None else None
+
+
+def rope_layers(ctx: LintContext) -> Iterator[tuple[str, RopeParams]]:
+    yield from ctx.model.layers.items()
+
+
+def entries(ctx: LintContext) -> Iterator[RopeEntry]:
+    yield from (entry for entry in ctx.model.entries if entry.data is not None)
+
+
+def fmt(value: float | int | None) -> str:
+    """Integers with thousands separators, other numbers compactly."""
+    if value is None:
+        return "unknown"
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:.3g}"

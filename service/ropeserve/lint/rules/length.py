@@ -1,0 +1,310 @@
+"""RS3xx: requested context length against what each engine derives and caches (§2)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ropeserve.lint import pointers
+from ropeserve.lint.context import LintContext
+from ropeserve.lint.engines import (
+    SGLANG_LENGTH_KEYS,
+    TGI_LENGTH_KEYS,
+    VLLM_LENGTH_KEYS,
+    cache_rows,
+    cache_rows_for,
+    derive_length,
+    length_keys,
+    position_capacity,
+    scaled_length,
+    tokenizer_limit,
+)
+from ropeserve.lint.findings import NOTE, Hit, Severity, rule
+from ropeserve.lint.rules.common import YARN_TYPES, fmt
+from ropeserve.lint.spectrum import effective_factor, finite_positive
+
+ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
+ALL_LENGTH_KEYS = tuple(dict.fromkeys(VLLM_LENGTH_KEYS + SGLANG_LENGTH_KEYS + TGI_LENGTH_KEYS))
+ENGINE_LENGTH_FLAG = {"vllm": "--max-model-len", "sglang": "--context-length", "llama.cpp": "-c/--ctx-size"}
+
+
+def _length_pointer(ctx: LintContext) -> str:
+    return ctx.model.pointer("full_attention", "max_position_embeddings")
+
+
+def _refused(ctx: LintContext, engine: str) -> bool:
+    """Whether ``engine`` refuses the requested length at startup (derived maximum exceeded, no override)."""
+    length, requested = ctx.lengths[engine], ctx.requested
+    if requested is None or length.derived is None or requested <= length.derived:
+        return False
+    return not (length.override_env and ctx.intent.env_flag(length.override_env))
+
+
+@rule(
+    "RS301",
+    "engine-refuses-length",
+    family="length",
+    severity=ERROR,
+    summary="The requested length exceeds the engine's derived maximum and no override flag is set.",
+    reference="https://github.com/sgl-project/sglang/issues/2943",
+    catalogue="LEN-001",
+)
+def engine_refuses_length(ctx: LintContext) -> Iterator[Hit]:
+    for engine in ctx.targeted("vllm", "sglang"):
+        if not _refused(ctx, engine):
+            continue
+        length, requested = ctx.lengths[engine], ctx.requested or 0
+        short_cache = length.cache_rows is not None and length.cache_rows < requested
+        override = (
+            f"{length.override_env}=1 would start it but positions past its {fmt(length.cache_rows)} cache rows "
+            "break (vllm#17924)"
+            if short_cache
+            else f"{length.override_env}=1 lifts the check (its rope cache covers the length)"
+        )
+        yield ctx.hit(
+            _length_pointer(ctx),
+            f"{engine} derives a maximum of {fmt(length.derived)} ({length.derived_from}) and refuses "
+            f"{ENGINE_LENGTH_FLAG[engine]} {fmt(requested)} at startup",
+            f"Lower the requested length to {fmt(length.derived)}, or make the config state the extended length; "
+            f"{override}.",
+            engine=engine,
+        )
+
+
+@rule(
+    "RS302",
+    "length-exceeds-rope-cache",
+    family="length",
+    severity=ERROR,
+    summary="The engine starts with a served length beyond its precomputed cos/sin rows (override flags included).",
+    reference="https://github.com/vllm-project/vllm/issues/17924",
+    catalogue="LEN-002",
+)
+def length_exceeds_rope_cache(ctx: LintContext) -> Iterator[Hit]:
+    for engine in ctx.targeted("vllm", "sglang"):
+        rows, served = ctx.lengths[engine].cache_rows, ctx.served(engine)
+        if rows is None or served is None or served <= rows or _refused(ctx, engine):
+            continue  # a refused length is RS301's
+        yield ctx.hit(
+            _length_pointer(ctx),
+            f"{engine} builds a cos/sin cache of {fmt(rows)} rows but serves {fmt(served)} positions: positions "
+            f">= {fmt(rows)} index past the cache (out-of-bounds or NaN)",
+            f"Serve at most {fmt(rows)} tokens, or raise max_position_embeddings / the rope factor so the cache "
+            "covers the length.",
+            engine=engine,
+        )
+
+
+@rule(
+    "RS303",
+    "yarn-length-mismatch",
+    family="length",
+    severity=WARNING,
+    summary="YaRN with `max_position_embeddings` different from `original x factor`: engines derive different lengths.",
+    reference="https://github.com/huggingface/transformers/issues/38224",
+    catalogue="LEN-003",
+)
+def yarn_length_mismatch(ctx: LintContext) -> Iterator[Hit]:
+    for params in ctx.model.layers.values():
+        original, limit = params.original_max_position_embeddings, params.max_position_embeddings
+        factor = finite_positive(params.factor)
+        if params.rope_type not in YARN_TYPES or factor is None or not original or not limit:
+            continue
+        extended = scaled_length(original, factor)
+        if limit == extended:
+            continue
+        per_engine = ", ".join(
+            f"{engine} {fmt(length.derived)}" for engine, length in ctx.lengths.items() if length.derived
+        )
+        yield ctx.hit(
+            _length_pointer(ctx),
+            f"max_position_embeddings {fmt(limit)} != original {fmt(original)} x factor {factor:g} = "
+            f"{fmt(extended)}; derived lengths: {per_engine}; some transformers 4.x versions recompute "
+            f"factor = {limit / original:g} from the two lengths",
+            f"Set max_position_embeddings to {fmt(extended)} (the length the yarn factor targets).",
+        )
+
+
+@rule(
+    "RS304",
+    "factor-on-extended-length",
+    family="length",
+    severity=WARNING,
+    summary="A linear/dynamic factor multiplies a max_position_embeddings that already includes the extension.",
+    reference="https://github.com/vllm-project/vllm/pull/33958",
+    catalogue="LEN-004",
+)
+def factor_on_extended_length(ctx: LintContext) -> Iterator[Hit]:
+    params, trained = ctx.model.main, ctx.original.main
+    if params is None or params.rope_type not in ("linear", "dynamic") or effective_factor(params) <= 1:
+        return
+    limit, factor = params.max_position_embeddings or 0, effective_factor(params)
+    original = params.original_max_position_embeddings or (trained and trained.original_max_position_embeddings)
+    if not (ctx.model.is_gemma3 or (original and limit > original)):
+        return
+    caches = [f"{engine} {fmt(cache_rows_for(params, engine))} rows" for engine in ctx.targeted("vllm", "sglang")]
+    yield ctx.hit(
+        ctx.model.pointer("full_attention", "factor"),
+        f"max_position_embeddings {fmt(limit)} is already the extended length, and factor {factor:g} scales it "
+        f"again to {fmt(limit * factor)}" + (f"; rope caches: {', '.join(caches)}" if caches else ""),
+        "Keep the trained scaling of the checkpoint; to extend further, base the factor on the original length.",
+    )
+
+
+@rule(
+    "RS305",
+    "tokenizer-limit-lower",
+    family="length",
+    severity=WARNING,
+    summary="`tokenizer_config.model_max_length` is below the model's length: vLLM and TGI take the minimum.",
+    reference=f"{NOTE} §2.1 step 3, §2.3",
+    catalogue="LEN-005",
+)
+def tokenizer_limit_lower(ctx: LintContext) -> Iterator[Hit]:
+    limit, capacity = tokenizer_limit(ctx.tokenizer_config), position_capacity(ctx.model)
+    if limit is None or capacity is None or limit >= capacity:
+        return
+    yield Hit(
+        "/model_max_length",
+        f"tokenizer model_max_length {fmt(limit)} < model length {fmt(capacity)}: vLLM and TGI silently cap at "
+        f"{fmt(limit)}",
+        f"Raise tokenizer_config.json model_max_length to {fmt(capacity)} (or remove it).",
+        artifact="tokenizer_config",
+    )
+
+
+@rule(
+    "RS306",
+    "several-length-keys",
+    family="length",
+    severity=INFO,
+    summary="Several length keys with different values: each engine picks a different one.",
+    reference="https://github.com/vllm-project/vllm/issues/3676",
+    catalogue="LEN-006",
+)
+def several_length_keys(ctx: LintContext) -> Iterator[Hit]:
+    present = {k: v for k, v in ctx.model.text.items() if k in ALL_LENGTH_KEYS and isinstance(v, int)}
+    if len(set(present.values())) < 2:
+        return
+    picks = "; ".join(f"{engine}: {length.derived_from}" for engine, length in ctx.lengths.items())
+    listed = ", ".join(f"{k}={v:,}" for k, v in present.items())
+    yield ctx.hit(
+        pointers.join(ctx.model.text_pointer, next(iter(present))),
+        f"length keys {listed}; engines pick: {picks}",
+        "Keep one length key (max_position_embeddings) unless an engine needs another on purpose.",
+    )
+
+
+@rule(
+    "RS307",
+    "no-length-key",
+    family="length",
+    severity=WARNING,
+    summary="No length key at all: vLLM and SGLang assume 2048.",
+    reference=f"{NOTE} §2.1 step 4, §2.2",
+    catalogue="LEN-007",
+)
+def no_length_key(ctx: LintContext) -> Iterator[Hit]:
+    if ctx.model.error is None and not length_keys(ctx.model, ALL_LENGTH_KEYS):
+        yield ctx.hit(
+            pointers.join(ctx.model.text_pointer, "max_position_embeddings"),
+            "no max_position_embeddings (or other length key): vLLM and SGLang assume 2048 tokens",
+            "Add max_position_embeddings with the trained context length.",
+        )
+
+
+@rule(
+    "RS308",
+    "draft-shorter-than-target",
+    family="length",
+    severity=ERROR,
+    summary="The speculative draft model's rope cache or length is shorter than the served length (vLLM).",
+    reference="https://github.com/vllm-project/vllm/issues/57941",
+    catalogue="LEN-008",
+)
+def draft_shorter_than_target(ctx: LintContext) -> Iterator[Hit]:
+    served = ctx.served("vllm")
+    if ctx.draft is None or served is None or "vllm" not in ctx.targeted():
+        return
+    draft = derive_length(ctx.draft, "vllm")
+    rows = cache_rows(ctx.draft, "vllm")
+    limit = min(n for n in (draft.derived, rows) if n is not None) if (draft.derived or rows) else None
+    if limit is not None and limit < served:
+        yield Hit(
+            ctx.draft.pointer("full_attention", "max_position_embeddings"),
+            f"the draft model covers {fmt(limit)} positions (derived {fmt(draft.derived)}, cache {fmt(rows)} rows) "
+            f"but the target serves {fmt(served)}: vLLM's drafter indexes past its cos/sin cache (illegal memory "
+            "access); SGLang rewrites the draft's max_position_embeddings",
+            f"Use a draft with max_position_embeddings >= {fmt(served)}, or cap the served length at {fmt(limit)}.",
+            engine="vllm",
+            artifact="draft_config",
+        )
+
+
+@rule(
+    "RS309",
+    "length-beyond-rope-capacity",
+    family="length",
+    severity=ERROR,
+    summary="The requested length exceeds what the rope config is trained or scaled for, on any engine.",
+    reference=f"{NOTE} §4 items 1-4",
+)
+def length_beyond_rope_capacity(ctx: LintContext) -> Iterator[Hit]:
+    capacity, requested = position_capacity(ctx.model), ctx.requested
+    if capacity is None or requested is None or requested <= capacity:
+        return
+    main = ctx.model.main
+    unscaled = main is None or main.rope_type == "default"
+    scaling = "no rope scaling" if unscaled else f"{main.rope_type} scaling"
+    extend = f"add the model's documented long-context scaling (e.g. yarn, factor {requested / capacity:.3g})"
+    yield ctx.hit(
+        _length_pointer(ctx),
+        f"requested {fmt(requested)} positions but the config ({scaling}) covers {fmt(capacity)}: positions "
+        "beyond it were never trained or scaled for",
+        f"Request at most {fmt(capacity)}" + (f", or {extend}." if unscaled else "."),
+    )
+
+
+@rule(
+    "RS310",
+    "llama-cpp-slot-capped",
+    family="length",
+    severity=WARNING,
+    summary="llama.cpp caps the server slot at n_ctx_train (max_position_embeddings) even with rope scaling.",
+    reference="https://github.com/ggml-org/llama.cpp/issues/17459",
+    catalogue="LEN-010",
+)
+def llama_cpp_slot_capped(ctx: LintContext) -> Iterator[Hit]:
+    length = ctx.lengths.get("llama.cpp")
+    if length is None or length.derived is None or ctx.requested is None or ctx.requested <= length.derived:
+        return
+    yield ctx.hit(
+        _length_pointer(ctx),
+        f"n_ctx {fmt(ctx.requested)} > n_ctx_train {fmt(length.derived)}: llama-server caps the slot at "
+        f"{fmt(length.derived)} ('possible training context overflow')",
+        "Write the extended length into max_position_embeddings before converting to GGUF (or override "
+        "context_length in the GGUF metadata).",
+        engine="llama.cpp",
+    )
+
+
+@rule(
+    "RS311",
+    "vllm-longrope-default-length",
+    family="length",
+    severity=WARNING,
+    summary="LongRoPE on vLLM with no requested length serves only original_max_position_embeddings.",
+    reference=f"{NOTE} §2.1 step 7, §2.5",
+)
+def vllm_longrope_default_length(ctx: LintContext) -> Iterator[Hit]:
+    length = ctx.lengths.get("vllm")
+    main = ctx.model.main
+    if length is None or main is None or main.rope_type != "longrope" or ctx.requested is not None:
+        return
+    if length.default is not None and length.derived is not None and length.default < length.derived:
+        yield ctx.hit(
+            pointers.join(ctx.model.text_pointer, "original_max_position_embeddings"),
+            f"vLLM defaults max_model_len to {fmt(length.default)} for longrope (derived maximum "
+            f"{fmt(length.derived)})",
+            f"Pass --max-model-len {fmt(length.derived)} to serve the long context.",
+            engine="vllm",
+        )

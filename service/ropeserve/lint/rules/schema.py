@@ -1,0 +1,361 @@
+"""RS1xx: how the rope configuration is written (keys, types, aliases, engine support)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from ropeserve.config.schema import COMMON_KEYS, MROPE_KEYS, ROPE_TYPE_KEYS
+from ropeserve.lint import pointers
+from ropeserve.lint.context import LintContext
+from ropeserve.lint.engines import REQUIRED_KEYS, TOP_LEVEL_FOLDED, rope_kinds, support
+from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
+from ropeserve.lint.model import RopeEntry
+from ropeserve.lint.rules.common import YARN_TYPES, canonical_type, entries, rope_layers, written_type
+
+ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
+ALLOWED_TYPE_PAIRS = (frozenset({"su", "longrope"}), frozenset({"mrope", "default"}))
+ENGINE_ONLY_KEYS = {
+    "attn_factor": "vLLM/SGLang's spelling of attention_factor",
+    "extrapolation_factor": "a vLLM-only yarn key",
+    "apply_yarn_scaling": "a vLLM-only yarn key",
+    "alpha": "vLLM's dynamic-NTK alpha (HunYuan)",
+    "mixed_b": "vLLM's ntk key",
+    "short_mscale": "a vLLM-only longrope key",
+    "long_mscale": "a vLLM-only longrope key",
+}
+ALIAS_KEYS = {
+    "rotary_emb_base": "rope_theta",
+    "rotary_pct": "partial_rotary_factor",
+    "rotary_emb_fraction": "partial_rotary_factor",
+    "rotary_dim": "partial_rotary_factor (= rotary_dim / head_dim)",
+}
+
+
+@rule(
+    "RS100",
+    "config-unreadable",
+    family="schema",
+    severity=ERROR,
+    summary="The rope configuration cannot be read at all (no head_dim, a non-numeric value, a malformed dict).",
+    reference=f"{SPEC} §3",
+)
+def config_unreadable(ctx: LintContext) -> Iterator[Hit]:
+    error = ctx.model.error
+    if error is not None:
+        pointer = error.field if (error.field or "").startswith("/") else ""
+        fix = "Fix the value at the pointer; rules that need the parsed rope parameters are skipped until then."
+        yield ctx.hit(pointer, error.detail, fix)
+
+
+@rule(
+    "RS101",
+    "type-conflict",
+    family="schema",
+    severity=ERROR,
+    summary="`type` and `rope_type` are both set and disagree.",
+    reference=f"{NOTE} §1.5 (vLLM patch_rope_parameters_dict)",
+    catalogue="SCH-001",
+)
+def type_conflict(ctx: LintContext) -> Iterator[Hit]:
+    for entry in entries(ctx):
+        legacy, current = entry.get("type"), entry.get("rope_type")
+        if not isinstance(legacy, str) or not isinstance(current, str) or legacy == current:
+            continue
+        if frozenset({legacy, current}) in ALLOWED_TYPE_PAIRS:
+            continue
+        yield ctx.hit(
+            entry.key_pointer("type"),
+            f"type={legacy!r} but rope_type={current!r}; vLLM raises ValueError, transformers uses rope_type",
+            f'Keep one: set "rope_type": "{current}" and delete "type" (or the reverse if {legacy!r} is meant).',
+        )
+
+
+@rule(
+    "RS102",
+    "legacy-type-key",
+    family="schema",
+    severity=INFO,
+    summary="Only the legacy `type` key names the rope type.",
+    reference=f"{NOTE} §5 SCH-002",
+    catalogue="SCH-002",
+)
+def legacy_type_key(ctx: LintContext) -> Iterator[Hit]:
+    for entry in entries(ctx):
+        if entry.has("type") and not entry.has("rope_type"):
+            yield ctx.hit(
+                entry.key_pointer("type"),
+                f"rope type given only as legacy type={entry.get('type')!r}; transformers and vLLM remap it, "
+                "TensorRT-LLM reads `type` before `rope_type`",
+                f'Write "rope_type": "{canonical_type(entry)}" (transformers v5 form).',
+            )
+
+
+@rule(
+    "RS103",
+    "mrope-without-section",
+    family="schema",
+    severity=ERROR,
+    summary="Rope type `mrope` without `mrope_section`.",
+    reference=f"{NOTE} §1.5 (vLLM: mrope -> default needs mrope_section)",
+    catalogue="SCH-003",
+)
+def mrope_without_section(ctx: LintContext) -> Iterator[Hit]:
+    for entry in entries(ctx):
+        if written_type(entry) == "mrope" and not entry.has("mrope_section"):
+            yield ctx.hit(
+                entry.key_pointer("mrope_section"),
+                "rope type 'mrope' but no mrope_section: vLLM raises ValueError when it maps mrope to default",
+                'Add the model\'s sections, e.g. "mrope_section": [16, 24, 24] for Qwen2/2.5-VL.',
+            )
+
+
+@rule(
+    "RS104",
+    "su-alias",
+    family="schema",
+    severity=INFO,
+    summary="Legacy rope type name `su` (LongRoPE).",
+    reference=f"{NOTE} §5 SCH-004",
+    catalogue="SCH-004",
+)
+def su_alias(ctx: LintContext) -> Iterator[Hit]:
+    for entry in entries(ctx):
+        for key in ("rope_type", "type"):
+            if entry.get(key) == "su":
+                yield ctx.hit(
+                    entry.key_pointer(key),
+                    "'su' is the old name of longrope; vLLM maps it with a warning, TGI accepts both",
+                    f'Write "{key}": "longrope".',
+                )
+
+
+@rule(
+    "RS105",
+    "engine-unsupported-rope",
+    family="schema",
+    severity=ERROR,
+    summary="A target engine (at the pinned version) does not implement this rope kind.",
+    reference=f"{NOTE} §6",
+    catalogue="SCH-005",
+)
+def engine_unsupported(ctx: LintContext) -> Iterator[Hit]:
+    seen = set()
+    for layer_type, params in rope_layers(ctx):
+        for kind in rope_kinds(params):
+            for target in ctx.targets():
+                reason = support(kind, target.name).refuses(target)
+                if reason is None or (kind, target.name) in seen:
+                    continue
+                seen.add((kind, target.name))
+                key = "mrope_section" if kind.startswith("mrope") else "rope_type"
+                yield ctx.hit(
+                    ctx.model.pointer(layer_type, key),
+                    f"{target} cannot run {kind!r}: {reason}",
+                    f"Pick an engine/version that supports {kind!r} (see the support matrix) or drop {target.name}.",
+                    engine=target.name,
+                )
+
+
+def _present(entry: RopeEntry, key: str, engine: str, ctx: LintContext) -> bool:
+    if entry.has(key):
+        return True
+    folded = engine in ("vllm", "sglang") and key in TOP_LEVEL_FOLDED
+    return folded and ctx.model.text.get(key) is not None
+
+
+@rule(
+    "RS106",
+    "missing-required-key",
+    family="schema",
+    severity=ERROR,
+    summary="A key the engine indexes directly is missing for this rope type (KeyError at model init).",
+    reference=f"{NOTE} §1.1, §5 SCH-006",
+    catalogue="SCH-006",
+)
+def missing_required_key(ctx: LintContext) -> Iterator[Hit]:
+    for entry in entries(ctx):
+        rope_type = canonical_type(entry)
+        for target in ctx.targets(*REQUIRED_KEYS):
+            for alternatives in REQUIRED_KEYS[target.name].get(rope_type or "", ()):
+                if any(_present(entry, key, target.name, ctx) for key in alternatives):
+                    continue
+                wanted = " or ".join(alternatives)
+                yield ctx.hit(
+                    entry.key_pointer(alternatives[0]),
+                    f"{target.name} needs {wanted} for rope type {rope_type!r} and fails at model init without it",
+                    f"Add {wanted} to the rope dict.",
+                    engine=target.name,
+                )
+
+
+@rule(
+    "RS107",
+    "unknown-rope-key",
+    family="schema",
+    severity=WARNING,
+    summary="A key in the rope dict is not defined for its rope type.",
+    reference=f"{SPEC} §3.3 rule 11",
+    catalogue="SCH-007",
+)
+def unknown_rope_key(ctx: LintContext) -> Iterator[Hit]:
+    for entry in entries(ctx):
+        keys = ROPE_TYPE_KEYS.get(canonical_type(entry) or "default")
+        if keys is None:
+            continue
+        allowed = COMMON_KEYS | MROPE_KEYS | keys.required | keys.optional
+        for key in sorted(set(entry.data or ()) - allowed):
+            why = ENGINE_ONLY_KEYS.get(key, "unknown to every engine read")
+            yield ctx.hit(
+                entry.key_pointer(key),
+                f"{key!r} is not a {canonical_type(entry) or 'default'} key ({why}); transformers warns "
+                "'Unrecognized keys' and ignores it",
+                "Remove it, or use the transformers key if one exists (e.g. attention_factor for attn_factor).",
+            )
+
+
+@rule(
+    "RS108",
+    "yarn-attention-factor-ignored",
+    family="schema",
+    severity=WARNING,
+    summary="YaRN `attention_factor` is read by transformers only; vLLM/SGLang read `attn_factor`, TGI fixes 1.",
+    reference=f"{NOTE} §1.1 notes",
+    catalogue="SCH-008",
+)
+def yarn_attention_factor(ctx: LintContext) -> Iterator[Hit]:
+    for entry in entries(ctx):
+        if canonical_type(entry) not in YARN_TYPES or not entry.has("attention_factor") or entry.has("attn_factor"):
+            continue
+        for engine in ctx.targeted("vllm", "sglang", "tgi"):
+            yield ctx.hit(
+                entry.key_pointer("attention_factor"),
+                f"{engine} ignores attention_factor={entry.get('attention_factor')!r} "
+                f"({'hard-codes 1' if engine == 'tgi' else 'reads attn_factor'}): attention magnitude differs "
+                "from transformers",
+                "Also set attn_factor to the same value for vLLM/SGLang; TGI cannot take it.",
+                engine=engine,
+            )
+
+
+def _disagreements(ctx: LintContext) -> Iterator[tuple[str, str, str]]:
+    """(pointer read, pointer shadowed, which wins) for every pair of places that both set a rope value."""
+    text, text_pointer = ctx.model.text, ctx.model.text_pointer
+    for entry in entries(ctx):
+        for key, winner in (
+            ("rope_theta", "the rope dict's value (transformers setdefault)"),
+            ("partial_rotary_factor", "the rope dict's value (transformers setdefault)"),
+            ("original_max_position_embeddings", "Phi-3 takes the top level; others the rope dict"),
+        ):
+            if entry.has(key) and key in text:
+                yield entry.key_pointer(key), pointers.join(text_pointer, key), winner
+    both = [pointers.join(text_pointer, key) for key in ("rope_scaling", "rope_parameters") if text.get(key)]
+    if len(both) == 2:
+        yield both[0], both[1], "rope_scaling (it replaces rope_parameters)"
+    if text_pointer:
+        for key in ("rope_scaling", "rope_parameters", "rope_theta", "max_position_embeddings"):
+            if key in text and key in ctx.model.document:
+                yield pointers.join(text_pointer, key), pointers.join("", key), "text_config in transformers"
+
+
+@rule(
+    "RS109",
+    "conflicting-rope-values",
+    family="schema",
+    severity=WARNING,
+    summary="The same rope or length value is set in two places with different values.",
+    reference=f"{NOTE} §5 SCH-009",
+    catalogue="SCH-009",
+)
+def conflicting_values(ctx: LintContext) -> Iterator[Hit]:
+    document = ctx.model.document
+    for read, shadowed, winner in _disagreements(ctx):
+        first, second = pointers.resolve(document, read), pointers.resolve(document, shadowed)
+        if first != second:
+            yield ctx.hit(
+                read,
+                f"{read} = {first!r} but {shadowed} = {second!r}; engines disagree on which wins (winner: {winner})",
+                f"Keep one value: delete {shadowed} or make both equal.",
+            )
+
+
+@rule(
+    "RS110",
+    "alias-key",
+    family="schema",
+    severity=INFO,
+    summary="An alias key (`rotary_emb_base`, `rotary_pct`, `rotary_emb_fraction`, `rotary_dim`) carries rope data.",
+    reference=f"{NOTE} §5 SCH-010",
+    catalogue="SCH-010",
+)
+def alias_key(ctx: LintContext) -> Iterator[Hit]:
+    for key, canonical in ALIAS_KEYS.items():
+        if key in ctx.model.text:
+            yield ctx.hit(
+                pointers.join(ctx.model.text_pointer, key),
+                f"{key} is an alias of {canonical}; engines read different alias sets (TensorRT-LLM even "
+                "reads rotary_emb_base as a dimension)",
+                f"Write {canonical.split(' ')[0]} instead.",
+            )
+
+
+@rule(
+    "RS111",
+    "rope-theta-invalid",
+    family="schema",
+    severity=ERROR,
+    summary="`rope_theta` is not a finite number above 1 (frequencies theta^(-2i/d) would not decrease).",
+    reference=f"{NOTE} §5 SCH-011",
+    catalogue="SCH-011",
+)
+def rope_theta_invalid(ctx: LintContext) -> Iterator[Hit]:
+    for layer_type, params in rope_layers(ctx):
+        if not math.isfinite(params.rope_theta) or params.rope_theta <= 1:
+            yield ctx.hit(
+                ctx.model.pointer(layer_type, "rope_theta"),
+                f"rope_theta = {params.rope_theta!r}: frequencies theta^(-2i/d) are undefined or do not decrease",
+                "Set the rope_theta the model was trained with (e.g. 10000, 500000, 1000000).",
+            )
+
+
+@rule(
+    "RS112",
+    "rope-theta-missing",
+    family="schema",
+    severity=WARNING,
+    summary="`rope_theta` is absent and no model class supplies it.",
+    reference=f"{NOTE} §5 SCH-011",
+    catalogue="SCH-011",
+)
+def rope_theta_missing(ctx: LintContext) -> Iterator[Hit]:
+    for layer_type, params in rope_layers(ctx):
+        if ctx.model.source(layer_type, "rope_theta") == "default:family":
+            yield ctx.hit(
+                ctx.model.pointer(layer_type, "rope_theta"),
+                f"no rope_theta: transformers uses {params.rope_theta:g} for {ctx.model.model_type or 'this model'}"
+                ", engines and converters that read the raw file default to 10000 silently",
+                "Write the trained rope_theta explicitly.",
+            )
+
+
+@rule(
+    "RS113",
+    "engine-support-unverified",
+    family="schema",
+    severity=INFO,
+    summary="Whether a target engine runs this rope kind was not verified.",
+    reference=f"{NOTE} §6",
+)
+def engine_support_unverified(ctx: LintContext) -> Iterator[Hit]:
+    seen = set()
+    for layer_type, params in rope_layers(ctx):
+        for kind in rope_kinds(params):
+            for engine in ctx.targeted():
+                if support(kind, engine).level == "?" and (kind, engine) not in seen:
+                    seen.add((kind, engine))
+                    yield ctx.hit(
+                        ctx.model.pointer(layer_type, "rope_type"),
+                        f"{engine} support for {kind!r} was not verified",
+                        f"Run a differential test of {engine} against transformers before deploying.",
+                        engine=engine,
+                    )

@@ -1,0 +1,56 @@
+"""``POST /v1/config/validate``: the linter's findings over HTTP, counted in metrics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from ropeserve.api import create_app
+from ropeserve.lint import DeploymentIntent, lint_config
+from ropeserve.settings import Settings
+
+CONFIGS = Path(__file__).parents[1] / "fixtures" / "configs"
+LLAMA = json.loads((CONFIGS / "meta-llama__Llama-3.1-8B-Instruct.json").read_text())
+
+
+@pytest.fixture()
+def client() -> TestClient:
+    with TestClient(create_app(Settings(access_log=False))) as test_client:
+        yield test_client
+
+
+def test_findings_equal_the_library_report_and_are_counted(client: TestClient) -> None:
+    intent = {"engines": ["vllm"], "max_model_len": 200_000}
+    response = client.post("/v1/config/validate", json={"config": LLAMA, "intent": intent})
+    assert response.status_code == 200
+    expected = lint_config(LLAMA, DeploymentIntent.from_mapping(intent)).as_dict()
+    assert [f["rule"] for f in response.json()["findings"]] == [f["rule"] for f in expected["findings"]]
+    assert any(f["severity"] == "error" for f in response.json()["findings"])
+    metrics = client.get("/metrics").text
+    for finding in expected["findings"]:
+        assert f'ropeserve_lint_findings_total{{rule="{finding["rule"]}",severity="{finding["severity"]}"}}' in metrics
+
+
+def test_clean_config_has_no_errors(client: TestClient) -> None:
+    response = client.post("/v1/config/validate", json={"config": LLAMA, "intent": {"max_model_len": 131072}})
+    assert response.status_code == 200
+    assert response.json()["summary"]["error"] == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"intent": {}}, "config"),
+        ({"config": LLAMA, "intent": {"engines": ["nosuchengine"]}}, "/intent/engines/0"),
+        ({"config": LLAMA, "intent": {"max_model_len": -5}}, "/intent/max_model_len"),
+        ({"config": LLAMA, "extra": 1}, "extra"),
+    ],
+)
+def test_malformed_requests_are_422_naming_the_field(client: TestClient, body: dict, field: str) -> None:
+    response = client.post("/v1/config/validate", json=body)
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert response.json()["field"] == field

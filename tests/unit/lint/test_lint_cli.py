@@ -1,0 +1,122 @@
+"""``python -m ropeserve.cli``: exit codes, formats, inputs, explain and its plot."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from lint_helpers import CONFIGS
+
+QWEN = str(CONFIGS / "Qwen__Qwen2.5-7B-Instruct.json")
+LLAMA = str(CONFIGS / "meta-llama__Llama-3.1-8B-Instruct.json")
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "ropeserve.cli", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+def test_clean_config_exits_zero() -> None:
+    result = run("lint", LLAMA, "--max-model-len", "131072")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 errors" in result.stdout
+
+
+def test_errors_exit_one_and_fail_on_warning() -> None:
+    assert run("lint", QWEN, "--max-model-len", "131072").returncode == 1
+    phi = str(CONFIGS / "microsoft__Phi-3-mini-128k-instruct.json")
+    assert run("lint", phi, "--engine", "vllm").returncode == 0
+    assert run("lint", phi, "--engine", "vllm", "--fail-on", "warning").returncode == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("lint", "/nonexistent/config.json"), "cannot read"),
+        (("lint", QWEN, "--engine", "vllm==banana"), "not a version"),
+        (("lint", QWEN, "--engine", "exllama"), "unknown engine"),
+        (("lint", QWEN, "--env", "NOVALUE"), "NAME=VALUE"),
+        (("lint",), "at least one PATH"),
+        (("explain", "/nonexistent.json"), "cannot read"),
+    ],
+)
+def test_input_errors_exit_two_with_one_line(args: tuple[str, ...], message: str) -> None:
+    result = run(*args)
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_invalid_json_and_non_object(tmp_path: Path) -> None:
+    broken = tmp_path / "config.json"
+    broken.write_text('{"rope_theta": ')
+    listing = tmp_path / "list.json"
+    listing.write_text("[1, 2]")
+    for path, message in ((broken, "invalid JSON"), (listing, "expected a JSON object")):
+        result = run("lint", str(path))
+        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_usage_error_exits_two() -> None:
+    result = run("lint", QWEN, "--max-model-len", "lots")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+def test_model_directory_with_tokenizer_config(tmp_path: Path) -> None:
+    shutil.copy(QWEN, tmp_path / "config.json")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 8192}))
+    result = run("lint", str(tmp_path), "--format", "json")
+    data = json.loads(result.stdout)
+    finding = next(f for f in data["reports"][0]["findings"] if f["rule"] == "RS305")
+    assert finding["artifact"] == "tokenizer_config"
+    assert run("lint", str(tmp_path / "missing")).returncode == 2
+
+
+def test_sarif_output_for_several_paths() -> None:
+    result = run("lint", QWEN, LLAMA, "--max-model-len", "131072", "--format", "sarif")
+    log = json.loads(result.stdout)
+    assert result.returncode == 1 and log["version"] == "2.1.0"
+    assert {a["location"]["uri"] for a in log["runs"][0]["artifacts"]} >= {QWEN}
+
+
+def test_intent_file_and_flag_override(tmp_path: Path) -> None:
+    intent = tmp_path / "intent.json"
+    intent.write_text(json.dumps({"engines": ["vllm"], "max_model_len": 131072, "env": {"A": "1"}}))
+    assert run("lint", QWEN, "--intent", str(intent)).returncode == 1
+    assert run("lint", QWEN, "--intent", str(intent), "--max-model-len", "32768").returncode == 0
+
+
+def test_list_rules_prints_the_catalogue() -> None:
+    result = run("lint", "--list-rules")
+    assert result.returncode == 0 and result.stdout.count("\n| ") >= 35
+
+
+def test_explain_text_and_json() -> None:
+    result = run("explain", LLAMA, "--max-model-len", "131072")
+    assert result.returncode == 0 and "llama3 ramp" in result.stdout
+    data = json.loads(run("explain", LLAMA, "--format", "json").stdout)
+    assert len(data["bands"]) == 64
+
+
+def test_explain_plot(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "spectrum.png"
+    result = run("explain", LLAMA, "--plot", str(target))
+    assert result.returncode == 0, result.stderr
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_explain_plot_without_matplotlib_exits_two(tmp_path: Path) -> None:
+    blocker = tmp_path / "matplotlib"
+    blocker.mkdir()
+    (blocker / "__init__.py").write_text("raise ImportError('blocked for the test')")
+    code = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r}); from ropeserve.cli import main; "
+        f"sys.exit(main(['explain', {LLAMA!r}, '--plot', {str(tmp_path / 'x.png')!r}]))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "pip install 'ropeserve[plot]'" in result.stderr

@@ -1,0 +1,65 @@
+"""The torch-free dtype emulation and cos/sin error model, checked against torch and the spec's values."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from ropeserve.config import from_explicit
+from ropeserve.lint.numerics import (
+    float32_frequencies,
+    round_bfloat16,
+    round_float16,
+    round_float32,
+    table_error,
+)
+
+torch = pytest.importorskip("torch")
+SAMPLES = [random.Random(7).uniform(-1e5, 1e5) for _ in range(300)] + [1.0, 0.5403023058681398, 65504.0, 1e-8]
+
+
+@pytest.mark.parametrize(
+    ("rounder", "dtype"),
+    [(round_float32, torch.float32), (round_bfloat16, torch.bfloat16), (round_float16, torch.float16)],
+)
+def test_rounding_matches_torch_casts(rounder, dtype) -> None:
+    values = torch.tensor(SAMPLES, dtype=torch.float64)
+    expected = values.to(dtype).to(torch.float64).tolist()
+    assert [rounder(v) for v in SAMPLES] == expected
+
+
+def test_overflow_and_non_finite() -> None:
+    assert round_float16(1e6) == math.inf
+    assert math.isnan(round_bfloat16(math.nan))
+    assert round_float32(-1e300) == -math.inf
+
+
+@pytest.mark.parametrize("theta", [1e4, 5e5, 1e6])
+def test_float32_inv_freq_within_one_ulp_of_torch(theta: float) -> None:
+    params = from_explicit({"rope_theta": theta, "head_dim": 128})
+    _, emulated = float32_frequencies(params, None)
+    exponents = torch.arange(0, 128, 2, dtype=torch.int64).float() / 128
+    reference = (1.0 / (theta**exponents)).tolist()
+    for ours, theirs in zip(emulated, reference, strict=True):
+        assert abs(ours - theirs) <= math.ulp(theirs) * 2**29  # one float32 ulp
+
+
+def test_float32_angle_error_matches_spec_s6b() -> None:
+    params = from_explicit({"rope_theta": 1e6, "head_dim": 128})
+    assert 3e-3 < table_error(params, 131071, "float32", "float32").worst < 7e-3  # spec: 5.5e-3 rad
+    assert 4e-2 < table_error(params, 1_000_000, "float32", "float32").worst < 8e-2  # spec: 6.2e-2 rad
+
+
+def test_low_precision_phases_are_catastrophic() -> None:
+    params = from_explicit({"rope_theta": 5e5, "head_dim": 128})
+    assert table_error(params, 8191, "bfloat16", "bfloat16").worst > 0.1
+    assert table_error(params, 8191, "float32", "bfloat16").worst < 5e-3
+    assert table_error(params, 100_000, "float16", "float16").cos == math.inf
+
+
+def test_bf16_table_error_is_bounded_by_half_an_ulp_near_one() -> None:
+    params = from_explicit({"rope_theta": 1e4, "head_dim": 8})
+    error = table_error(params, 1, "float32", "bfloat16")
+    assert error.worst <= 2**-9 + 1e-6
