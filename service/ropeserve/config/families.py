@@ -47,7 +47,12 @@ _GEMMA3_TEXT = _family(
         "sliding_window_pattern": 6,
     },
 )
-_DEEPSEEK = _family(head_dim_key="qk_rope_head_dim", pairing="gptj")
+_DEEPSEEK = _family(class_defaults={"qk_rope_head_dim": 64}, head_dim_key="qk_rope_head_dim", pairing="gptj")
+_QWEN3_5 = _family(
+    class_defaults={"partial_rotary_factor": 0.25, "head_dim": 256},
+    mrope_section=(11, 11, 10),
+    mrope_layout="interleaved",
+)
 
 FAMILIES: dict[str, ModelFamily] = {
     "qwen2_vl": _QWEN2_VL,
@@ -55,21 +60,26 @@ FAMILIES: dict[str, ModelFamily] = {
     "qwen2_5_vl": _QWEN2_VL,
     "qwen2_5_vl_text": _QWEN2_VL,
     "qwen2_5_omni": _QWEN2_VL,
+    "qwen2_5_omni_thinker": _QWEN2_VL,
+    "qwen2_5_omni_text": _QWEN2_VL,
     "qwen3_vl": _QWEN3_VL,
     "qwen3_vl_text": _QWEN3_VL,
     "qwen3_vl_moe": _QWEN3_VL,
     "qwen3_vl_moe_text": _QWEN3_VL,
-    "qwen3_5": _family(default_theta=1e7, mrope_section=(11, 11, 10), mrope_layout="interleaved"),
-    "qwen3_5_text": _family(default_theta=1e7, mrope_section=(11, 11, 10), mrope_layout="interleaved"),
+    "qwen3_5": _QWEN3_5,
+    "qwen3_5_text": _QWEN3_5,
     "glm4v": _GLM4V,
     "glm4v_text": _GLM4V,
     "gemma3": _GEMMA3_TEXT,
     "gemma3_text": _GEMMA3_TEXT,
     "deepseek_v2": _DEEPSEEK,
     "deepseek_v3": _DEEPSEEK,
-    "phi3": _family(legacy_longrope_aliases=frozenset({"su", "yarn"})),
-    "glm": _family(pairing="gptj"),
-    "cohere": _family(pairing="gptj"),
+    "phi3": _family(
+        class_defaults={"original_max_position_embeddings": 4096}, legacy_longrope_aliases=frozenset({"su", "yarn"})
+    ),
+    "glm": _family(class_defaults={"partial_rotary_factor": 0.5, "head_dim": 128}, pairing="gptj"),
+    "cohere": _family(default_theta=500_000.0, pairing="gptj"),
+    "gpt_neox": _family(class_defaults={"partial_rotary_factor": 0.25}),
 }
 
 GENERIC = ModelFamily()

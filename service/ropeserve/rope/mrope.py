@@ -17,6 +17,7 @@ from ropeserve.rope.tables import (
     DEFAULT_CACHE,
     CosSin,
     Pairing,
+    RopeTable,
     TableCache,
     cast_with_error,
     effective_length,
@@ -64,7 +65,8 @@ def mrope_cos_sin(
         raise ValueError("mrope_cos_sin needs params with mrope_section")
     device = torch.device(device)
     max_position = int(position_ids.max()) if position_ids.numel() else 0
-    table = (cache or TableCache(1)).get(params, effective_length(params, max_position), device)
+    seq_len = effective_length(params, max_position)
+    table = cache.get(params, seq_len, device) if cache is not None else RopeTable.build(params, seq_len, device)
     cos_axes, sin_axes = table.compute_half(position_ids)
     slots = cos_axes.shape[-1]
     axes = slot_axes(params.mrope_section, params.mrope_layout, slots).to(device)

@@ -37,7 +37,7 @@ def compute_inv_freq(params: RopeParams, seq_len: int | None = None) -> tuple[to
     return ROPE_TYPES[params.rope_type](params, seq_len)
 
 
-def base_inv_freq(theta: float, dim: int) -> torch.Tensor:
+def base_inv_freq(theta: float | torch.Tensor, dim: int) -> torch.Tensor:
     """``1 / θ^(2i/dim)`` for ``i < dim/2``: float32 exponent, float32 pow, float32 reciprocal.  [dim/2]"""
     exponent = torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32) / dim
     return 1.0 / (theta**exponent)
@@ -55,8 +55,16 @@ def _linear(params: RopeParams, seq_len: int | None) -> tuple[torch.Tensor, floa
 
 @register("dynamic")
 def _dynamic(params: RopeParams, seq_len: int | None) -> tuple[torch.Tensor, float]:
+    """NTK-scaled base ``θ' = θ·(factor·L/M − (factor − 1))^(d/(d−2))`` with ``L = max(seq_len, M)``.
+
+    transformers evaluates θ' in two precisions, and both are reproduced here: at init (``L = M``) in Python
+    float64; at run time ``dynamic_rope_update`` passes ``seq_len = max(position_ids) + 1`` as an int64 tensor,
+    so for ``L > M`` the whole expression is float32 tensor arithmetic (a float64 θ' differs by an ulp).
+    """
     dim, factor, max_pos = params.rotary_dim, params.factor, params.max_position_embeddings
-    length = max_pos if seq_len is None else max(seq_len, max_pos)
+    length: int | torch.Tensor = max_pos
+    if seq_len is not None and seq_len > max_pos:
+        length = torch.tensor(seq_len, dtype=torch.int64)
     theta = params.rope_theta * ((factor * length / max_pos) - (factor - 1)) ** (dim / (dim - 2))
     return base_inv_freq(theta, dim), 1.0
 

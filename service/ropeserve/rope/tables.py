@@ -176,12 +176,17 @@ def rope_cos_sin(
     """cos/sin of ``params`` at integer ``positions`` (any shape): [*positions.shape, width].
 
     ``width`` is ``rotary_dim`` (``head_dim`` for ``proportional``). Length-dependent types use
-    ``max(positions) + 1`` (see ``effective_length``).
+    ``max(positions) + 1`` (see ``effective_length``). With ``cache=None`` nothing is kept: the rows are
+    computed for ``positions`` only (bit-identical to the cached rows, which are the same float32 products).
     """
     device = torch.device(device)
     max_position = int(positions.max()) if positions.numel() else 0
     seq_len = effective_length(params, max_position, seq_len_cached)
-    table = (cache or TableCache(1)).get(params, seq_len, device)
-    cos_half, sin_half = table.gather_half(positions)
+    if cache is None:
+        table = RopeTable.build(params, seq_len, device)
+        cos_half, sin_half = table.compute_half(positions.to(device))
+    else:
+        table = cache.get(params, seq_len, device)
+        cos_half, sin_half = table.gather_half(positions)
     cos, sin, error = cast_with_error(expand_pairing(cos_half, pairing), expand_pairing(sin_half, pairing), dtype)
     return CosSin(cos, sin, table.attention_factor, table.inv_freq, error)
