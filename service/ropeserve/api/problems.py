@@ -68,7 +68,9 @@ def declare_common_problems(app: FastAPI) -> None:
                 if method in ("post", "put", "patch"):
                     statuses += [400, 413, 422]
                 for status, spec in problem_responses(*statuses).items():
-                    operation["responses"].setdefault(str(status), spec)
+                    declared = operation["responses"].get(str(status))
+                    if declared is None or PROBLEM_MEDIA_TYPE not in declared.get("content", {}):
+                        operation["responses"][str(status)] = spec  # replaces FastAPI's plain-JSON 422
         app.openapi_schema = schema
         return schema
 

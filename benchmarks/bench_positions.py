@@ -1,0 +1,191 @@
+"""Benchmark: transformers' Qwen2-VL ``get_rope_index`` against ropeserve's M-RoPE position engine.
+
+Both run in this process on the same CPU tensors, after warm-up, in alternating rounds; the table reports the
+median (and best) time per call and their ratio (transformers / ropeserve). Outputs are asserted identical first.
+
+    .venv/bin/python benchmarks/bench_positions.py [--repeats N] [--threads T]
+
+Workloads (issue #3):
+  * video+images: 8 rows x ~2.8k tokens, each row 4 images of 28x28 patches and one 8x16x16 video, left padding.
+  * many-images:  8 rows x 64 images of 8x8 patches with text between them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+
+from ropeserve.positions import mrope_positions_from_segments, mrope_positions_from_tokens
+
+MERGE = 2
+IMAGE_ID, VIDEO_ID, TEXT_ID = 151655, 151656, 100
+
+
+@dataclass
+class Workload:
+    name: str
+    rows: list[list[dict[str, Any]]]
+    input_ids: torch.Tensor
+    mm_token_type_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    image_grid_thw: torch.Tensor | None
+    video_grid_thw: torch.Tensor | None
+
+
+def _tokens(segment: dict[str, Any]) -> list[int]:
+    if "text" in segment:
+        return [0] * segment["text"]
+    kind, value = ("image", 1) if "image" in segment else ("video", 2)
+    t, h, w = segment[kind]
+    return [value] * (t * (h // MERGE) * (w // MERGE))
+
+
+def build_workload(name: str, rows: list[list[dict[str, Any]]]) -> Workload:
+    """Render segment rows as a left-padded token batch with global grids (what a serving stack holds)."""
+    type_rows = [[v for segment in row for v in _tokens(segment)] for row in rows]
+    width = max(len(r) for r in type_rows)
+    types_ = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, row in enumerate(type_rows):
+        types_[b, width - len(row) :] = torch.tensor(row)
+        mask[b, width - len(row) :] = 1
+    ids = torch.full_like(types_, TEXT_ID)
+    ids[types_ == 1] = IMAGE_ID
+    ids[types_ == 2] = VIDEO_ID
+    images = [s["image"] for row in rows for s in row if "image" in s]
+    videos = [s["video"] for row in rows for s in row if "video" in s]
+    return Workload(
+        name=name,
+        rows=rows,
+        input_ids=ids,
+        mm_token_type_ids=types_,
+        attention_mask=mask,
+        image_grid_thw=torch.tensor(images) if images else None,
+        video_grid_thw=torch.tensor(videos) if videos else None,
+    )
+
+
+def video_and_images() -> Workload:
+    rows = []
+    for b in range(8):
+        text = 250 - 4 * b  # rows differ in length -> left padding
+        row: list[dict[str, Any]] = []
+        for _ in range(4):
+            row += [{"text": text}, {"image": [1, 28, 28]}]
+        row += [{"text": text}, {"video": [8, 16, 16]}, {"text": 254}]
+        rows.append(row)
+    return build_workload("video+images (8 x ~2.8k)", rows)
+
+
+def many_images() -> Workload:
+    rows = []
+    for b in range(8):
+        row: list[dict[str, Any]] = []
+        for i in range(64):
+            row += [{"text": 8 + (i + b) % 5}, {"image": [1, 8, 8]}]
+        row.append({"text": 6})
+        rows.append(row)
+    return build_workload("many-images (8 x 64 img)", rows)
+
+
+def transformers_get_rope_index(w: Workload) -> tuple[torch.Tensor, torch.Tensor]:
+    """Qwen2VLModel.get_rope_index called unbound on a stand-in ``self``."""
+    vision_config = types.SimpleNamespace(spatial_merge_size=MERGE)
+    stand_in = types.SimpleNamespace(config=types.SimpleNamespace(vision_config=vision_config))
+    stand_in.get_vision_position_ids = types.MethodType(Qwen2VLModel.get_vision_position_ids, stand_in)
+    return Qwen2VLModel.get_rope_index(
+        stand_in,
+        w.input_ids,
+        w.mm_token_type_ids,
+        image_grid_thw=w.image_grid_thw,
+        video_grid_thw=w.video_grid_thw,
+        attention_mask=w.attention_mask,
+    )
+
+
+def ropeserve_tokens(w: Workload) -> tuple[torch.Tensor, torch.Tensor]:
+    result = mrope_positions_from_tokens(
+        family="qwen2_vl",
+        mm_token_type_ids=w.mm_token_type_ids,
+        image_grid_thw=w.image_grid_thw,
+        video_grid_thw=w.video_grid_thw,
+        attention_mask=w.attention_mask,
+        compat="transformers5",
+    )
+    return result.position_ids, result.mrope_position_deltas
+
+
+def ropeserve_segments(w: Workload) -> tuple[torch.Tensor, torch.Tensor]:
+    result = mrope_positions_from_segments(w.rows, family="qwen2_vl", padding_side="left", compat="transformers5")
+    return result.position_ids, result.mrope_position_deltas
+
+
+def interleaved_medians(
+    implementations: dict[str, Callable[[], object]], repeats: int, inner: dict[str, int]
+) -> dict[str, tuple[float, float]]:
+    """(median, best) seconds per call of each implementation.
+
+    Rounds alternate between the implementations, so that load from other processes hits them alike; within a
+    round an implementation runs ``inner[name]`` times (fast ones more often) and the per-call mean is one sample.
+    """
+    for fn in implementations.values():  # warm-up
+        for _ in range(3):
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in implementations}
+    for _ in range(repeats):
+        for name, fn in implementations.items():
+            start = time.perf_counter()
+            for _ in range(inner[name]):
+                fn()
+            samples[name].append((time.perf_counter() - start) / inner[name])
+    return {name: (statistics.median(values), min(values)) for name, values in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=25, help="timed rounds per implementation (median reported)")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    print(f"torch {torch.__version__}, threads={torch.get_num_threads()}, median (best) of {args.repeats} rounds")
+    header = f"{'workload':<26}{'tokens':>7}{'transformers ms':>22}{'ropeserve ms':>19}{'ratio':>14}{'segments ms':>13}"
+    print(header)
+    print("-" * len(header))
+    ratios = []
+    for workload in (video_and_images(), many_images()):
+        expected = transformers_get_rope_index(workload)
+        for implementation in (ropeserve_tokens, ropeserve_segments):
+            got = implementation(workload)
+            assert torch.equal(got[0], expected[0]), f"{implementation.__name__}: position_ids differ"
+            assert torch.equal(got[1], expected[1]), f"{implementation.__name__}: deltas differ"
+        timings = interleaved_medians(
+            {
+                "transformers": lambda w=workload: transformers_get_rope_index(w),
+                "ropeserve": lambda w=workload: ropeserve_tokens(w),
+                "segments": lambda w=workload: ropeserve_segments(w),
+            },
+            args.repeats,
+            {"transformers": 1, "ropeserve": 5, "segments": 2},
+        )
+        (hf, hf_best), (ours, ours_best), (segments, _) = timings.values()
+        ratios.append(hf / ours)
+        tokens = int(workload.attention_mask.sum())
+        print(
+            f"{workload.name:<26}{tokens:>7}{hf * 1e3:>13.2f} ({hf_best * 1e3:5.2f}){ours * 1e3:>11.3f} "
+            f"({ours_best * 1e3:5.3f}){hf / ours:>6.1f}x ({hf_best / ours_best:4.1f}x){segments * 1e3:>11.3f}"
+        )
+    print("outputs identical: yes; ratio = transformers / ropeserve (token form); goal >= 10x on both:", end=" ")
+    print("met" if min(ratios) >= 10 else "NOT met")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""Position engine: 1-D positions, M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V) and vision-tower 2-D ids.
+
+Pure torch, no web imports. Every function takes plain Python values or tensors, returns int64 tensors (or a small
+frozen dataclass of them) and raises :class:`ropeserve.errors.InvalidInput` for inconsistent input, with ``field``
+naming the offending row and segment (``rows[b].segments[i]``) or argument.
+
+Padded slots hold :data:`PAD_POSITION` (0, as transformers 5) unless ``fill_value`` says otherwise.
+
+Where text after a Qwen2-VL / Qwen2.5-VL video continues is a ``compat`` choice (:class:`MRopeCompat`);
+:data:`DEFAULT_COMPAT` is ``"transformers5"`` (bit-exact with transformers 5.24); ``"transformers4"`` follows
+transformers 4.x, Qwen's original code and vLLM (max position + 1).
+
+Endpoint map (one function per endpoint): ``positions_from_attention_mask`` (batch with mask and cache lengths),
+``packed_positions`` (cu_seqlens / segment lengths), ``decode_positions`` (next k), ``mrope_positions_from_tokens``
+(serving-stack form), ``mrope_positions_from_segments`` (segment lists), ``mrope_segments_from_tokens`` (token form
+-> segment lists), ``mrope_decode_positions`` (next k from deltas), ``slice_prefill_positions`` (chunked prefill),
+``vision_position_ids`` (ViT 2-D ids).
+"""
+
+from ropeserve.positions._common import PAD_POSITION
+from ropeserve.positions.families import (
+    DEFAULT_COMPAT,
+    FRAME_BLOCKS,
+    FRAME_INDEX,
+    MROPE_FAMILIES,
+    MROPE_FAMILY_ALIASES,
+    SECONDS,
+    MRopeCompat,
+    MRopeFamily,
+    TemporalRule,
+    get_mrope_family,
+)
+from ropeserve.positions.mrope import (
+    IMAGE_TOKEN,
+    TEXT_TOKEN,
+    VIDEO_TOKEN,
+    MRopePositions,
+    mrope_decode_positions,
+    mrope_positions_from_tokens,
+    slice_prefill_positions,
+)
+from ropeserve.positions.segments import (
+    ImageSegment,
+    PaddingSide,
+    Segment,
+    TextSegment,
+    VideoSegment,
+    mrope_positions_from_segments,
+    mrope_segments_from_tokens,
+)
+from ropeserve.positions.text import decode_positions, packed_positions, positions_from_attention_mask
+from ropeserve.positions.vision import vision_position_ids
+
+__all__ = [
+    "DEFAULT_COMPAT",
+    "FRAME_BLOCKS",
+    "FRAME_INDEX",
+    "IMAGE_TOKEN",
+    "MROPE_FAMILIES",
+    "MROPE_FAMILY_ALIASES",
+    "PAD_POSITION",
+    "SECONDS",
+    "TEXT_TOKEN",
+    "VIDEO_TOKEN",
+    "ImageSegment",
+    "MRopeCompat",
+    "MRopeFamily",
+    "MRopePositions",
+    "PaddingSide",
+    "Segment",
+    "TemporalRule",
+    "TextSegment",
+    "VideoSegment",
+    "decode_positions",
+    "get_mrope_family",
+    "mrope_decode_positions",
+    "mrope_positions_from_segments",
+    "mrope_positions_from_tokens",
+    "mrope_segments_from_tokens",
+    "packed_positions",
+    "positions_from_attention_mask",
+    "slice_prefill_positions",
+    "vision_position_ids",
+]

@@ -1,0 +1,132 @@
+"""Input coercion and validation shared by the position modules (plain torch, no web imports)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from ropeserve.errors import InvalidInput, check_limit
+
+PAD_POSITION = 0
+"""Default value written into padded slots, for 1-D and M-RoPE positions alike.
+
+transformers 5 uses 0 for both (``generate()``'s ``cumsum(mask) - 1`` with pads set to 0, and ``get_rope_index``'s
+zero-initialised tensor). 0 is always a valid row of a cos/sin table, so a gather never goes out of bounds; the
+padded slot is masked out of attention anyway. Every function that pads takes a ``fill_value`` to override it."""
+
+IntsLike = torch.Tensor | Sequence[int] | Sequence[Sequence[int]]
+
+
+def as_long_tensor(
+    value: IntsLike,
+    field: str,
+    *,
+    ndim: int | None = None,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Convert ``value`` (tensor or nested int sequence) to an int64 tensor, checking its rank."""
+    if isinstance(value, torch.Tensor):
+        raw = value
+    else:
+        try:
+            raw = torch.as_tensor(value, device=device)
+        except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+            raise InvalidInput(f"{field} must be a (nested) list of integers: {exc}", field=field) from exc
+    if raw.numel() > 0 and (raw.is_floating_point() or raw.is_complex()):
+        raise InvalidInput(f"{field} must hold integers, got dtype {raw.dtype}", field=field)
+    tensor = raw.to(dtype=torch.long, device=device if device is not None else raw.device)
+    if ndim is not None and tensor.dim() != ndim:
+        raise InvalidInput(f"{field} must have {ndim} dimension(s), got shape {tuple(tensor.shape)}", field=field)
+    return tensor
+
+
+def as_mask_tensor(value: IntsLike, field: str, *, device: torch.device | str | None = None) -> torch.Tensor:
+    """Convert a 0/1 (or bool) attention mask to a bool tensor of shape ``[B, T]``."""
+    return as_mask_and_lengths(value, field, device=device)[0]
+
+
+def as_mask_and_lengths(
+    value: IntsLike, field: str, *, device: torch.device | str | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A 0/1 (or bool) attention mask as a ``[B, T]`` bool tensor, and ``[B]`` int64 ones per row."""
+    if isinstance(value, torch.Tensor) and value.dtype == torch.bool:
+        mask = value.to(device=device if device is not None else value.device)
+        if mask.dim() != 2:
+            raise InvalidInput(f"{field} must have 2 dimensions, got {tuple(mask.shape)}", field=field)
+        return mask, mask.sum(dim=1)
+    ints = as_long_tensor(value, field, ndim=2, device=device)
+    low, high = torch.aminmax(ints) if ints.numel() else (0, 0)
+    if int(low) < 0 or int(high) > 1:
+        row, col = (int(i) for i in ((ints != 0) & (ints != 1)).nonzero()[0])
+        raise InvalidInput(
+            f"{field} may only hold 0 or 1; row {row}, column {col} holds {int(ints[row, col])}",
+            field=f"{field}[{row}][{col}]",
+        )
+    # `!= 0` and an int64 sum are several times faster on CPU than `.bool()` and a bool sum.
+    return ints != 0, ints.sum(dim=1)
+
+
+def per_row_values(
+    value: IntsLike | int | None,
+    num_rows: int,
+    field: str,
+    *,
+    device: torch.device | str | None = None,
+    minimum: int | None = 0,
+) -> torch.Tensor:
+    """A ``[num_rows]`` int64 tensor from ``None`` (zeros), a scalar (broadcast) or one value per row."""
+    if value is None:
+        return torch.zeros(num_rows, dtype=torch.long, device=device)
+    if isinstance(value, int):
+        tensor = torch.full((num_rows,), value, dtype=torch.long, device=device)
+    else:
+        tensor = as_long_tensor(value, field, device=device).reshape(-1)
+        if tensor.numel() != num_rows:
+            raise InvalidInput(f"{field} needs one value per row ({num_rows}), got {tensor.numel()}", field=field)
+    if minimum is not None:
+        require_at_least(tensor, minimum, field)
+    return tensor
+
+
+def require_at_least(tensor: torch.Tensor, minimum: int, field: str) -> None:
+    """Raise naming the first element of a 1-D ``tensor`` below ``minimum``."""
+    bad = tensor < minimum
+    if bool(bad.any()):
+        index = int(bad.nonzero()[0, 0])
+        raise InvalidInput(
+            f"{field}[{index}] is {int(tensor[index])}; it must be >= {minimum}", field=f"{field}[{index}]"
+        )
+
+
+def require_int(value: object, field: str, *, minimum: int | None = None) -> int:
+    """A Python int (bools refused), optionally bounded below."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{field} must be an integer, got {value!r}", field=field)
+    if minimum is not None and value < minimum:
+        raise InvalidInput(f"{field} is {value}; it must be >= {minimum}", field=field)
+    return value
+
+
+def require_finite_float(value: object, field: str, *, minimum: float | None = None) -> float:
+    """A finite Python float (ints accepted, bools refused), optionally bounded below."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"{field} must be a number, got {value!r}", field=field)
+    number = float(value)
+    if not math.isfinite(number):
+        raise InvalidInput(f"{field} must be finite, got {number}", field=field)
+    if minimum is not None and number < minimum:
+        raise InvalidInput(f"{field} is {number}; it must be >= {minimum}", field=field)
+    return number
+
+
+MAX_ELEMENTS = 2**27
+"""Hard ceiling (about 134 million) on the tokens or positions one call builds, applied even without a configured
+limit so that absurd sizes fail as ``LimitExceeded`` (422) rather than as an allocation error. A service should pass
+its own, tighter ``max_tokens``."""
+
+
+def check_element_limit(count: int, limit: int | None, what: str, field: str | None = None) -> None:
+    """``errors.check_limit`` against the configured ``limit`` (if any) and :data:`MAX_ELEMENTS`."""
+    check_limit(count, MAX_ELEMENTS if limit is None else min(limit, MAX_ELEMENTS), what, field=field)

@@ -1,0 +1,133 @@
+"""M-RoPE model families (temporal rule and defaults) and the text-after-vision compatibility choice.
+
+The four families share one ``get_rope_index`` skeleton in transformers 5.24; they differ only in how a video's
+temporal axis is laid out, which :class:`TemporalRule` captures as data, so the position code never branches on a
+family name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ropeserve.errors import InvalidInput
+
+__all__ = [
+    "DEFAULT_COMPAT",
+    "FRAME_BLOCKS",
+    "FRAME_INDEX",
+    "MROPE_FAMILIES",
+    "MROPE_FAMILY_ALIASES",
+    "SECONDS",
+    "MRopeCompat",
+    "MRopeFamily",
+    "TemporalRule",
+    "get_mrope_family",
+    "parse_compat",
+]
+
+
+@dataclass(frozen=True)
+class TemporalRule:
+    """How a video's frames map onto the temporal (T) position axis. Images always step T by 1 per frame."""
+
+    name: str
+    scales_by_seconds: bool
+    """Video T index of frame k is ``floor(k * tokens_per_second * second_per_grid_t)`` (float32, no truncation
+    of the interval itself) instead of ``k``."""
+    splits_video_frames: bool
+    """Each video frame is its own ``(1, h, w)`` block, separated from the next frame by timestamp text."""
+    description: str
+
+
+FRAME_INDEX = TemporalRule(
+    name="frame_index",
+    scales_by_seconds=False,
+    splits_video_frames=False,
+    description="one block per video; T = start + frame index (Qwen2-VL)",
+)
+SECONDS = TemporalRule(
+    name="seconds",
+    scales_by_seconds=True,
+    splits_video_frames=False,
+    description="one block per video; T = start + floor(k * tokens_per_second * second_per_grid_t) (Qwen2.5-VL)",
+)
+FRAME_BLOCKS = TemporalRule(
+    name="frame_blocks",
+    scales_by_seconds=False,
+    splits_video_frames=True,
+    description="one (1, h, w) block per frame between timestamp text; time only as text (Qwen3-VL, GLM-4V)",
+)
+
+
+@dataclass(frozen=True)
+class MRopeFamily:
+    """Defaults of one model family (override per request with the function arguments)."""
+
+    name: str
+    temporal_rule: TemporalRule
+    spatial_merge_size: int
+    image_token_id: int
+    video_token_id: int
+    tokens_per_second: float | None = None
+    """Only read when ``temporal_rule.scales_by_seconds``."""
+
+
+_QWEN_IMAGE_TOKEN_ID = 151655
+_QWEN_VIDEO_TOKEN_ID = 151656
+
+MROPE_FAMILIES: dict[str, MRopeFamily] = {
+    "qwen2_vl": MRopeFamily("qwen2_vl", FRAME_INDEX, 2, _QWEN_IMAGE_TOKEN_ID, _QWEN_VIDEO_TOKEN_ID),
+    # Released Qwen2.5-VL checkpoints set vision_config.tokens_per_second = 2 (the config class default is 4):
+    # pass the checkpoint's value when it differs.
+    "qwen2_5_vl": MRopeFamily("qwen2_5_vl", SECONDS, 2, _QWEN_IMAGE_TOKEN_ID, _QWEN_VIDEO_TOKEN_ID, 2.0),
+    "qwen3_vl": MRopeFamily("qwen3_vl", FRAME_BLOCKS, 2, _QWEN_IMAGE_TOKEN_ID, _QWEN_VIDEO_TOKEN_ID),
+    "glm4v": MRopeFamily("glm4v", FRAME_BLOCKS, 2, 151343, 151344),
+}
+"""Family name -> defaults. transformers 5.24 uses the identical algorithm for the aliases below."""
+
+MROPE_FAMILY_ALIASES: dict[str, str] = {
+    "qwen3_vl_moe": "qwen3_vl",
+    "glm4v_moe": "glm4v",
+    "glm46v": "glm4v",
+}
+
+
+def get_mrope_family(family: str | MRopeFamily) -> MRopeFamily:
+    """Look up a family by name (or alias); a :class:`MRopeFamily` passes through."""
+    if isinstance(family, MRopeFamily):
+        return family
+    name = MROPE_FAMILY_ALIASES.get(family, family)
+    if name not in MROPE_FAMILIES:
+        known = sorted([*MROPE_FAMILIES, *MROPE_FAMILY_ALIASES])
+        raise InvalidInput(f"unknown M-RoPE family {family!r}; known: {', '.join(known)}", field="family")
+    return MROPE_FAMILIES[name]
+
+
+class MRopeCompat(StrEnum):
+    """Where the block after a vision block starts. The two rules differ only when a Qwen2-VL / Qwen2.5-VL video's
+    temporal extent exceeds its spatial one; images and Qwen3-VL / GLM-4V frames give the same positions."""
+
+    TRANSFORMERS5 = "transformers5"
+    """transformers >= 5.3 (5.24 is the oracle): next start = start + max(h, w) // merge; the temporal extent is
+    ignored, so text may overlap the video's T range."""
+    TRANSFORMERS4 = "transformers4"
+    """transformers 4.x (and 5.2), Qwen's original code and vLLM: next start = max position of the block + 1.
+
+    Only the continuation rule changes: the temporal index stays transformers 5's ``floor(k * (tokens_per_second *
+    second_per_grid_t))`` in float32 (4.x truncated ``second_per_grid_t`` to an int first, a bug not reproduced)."""
+
+
+DEFAULT_COMPAT = MRopeCompat.TRANSFORMERS5
+"""Default: transformers 5.24, the executable oracle this service is pinned to and tested against bit-for-bit.
+Pass ``"transformers4"`` to reproduce vLLM / the original Qwen code (what the Qwen2/2.5-VL checkpoints were
+trained with)."""
+
+
+def parse_compat(compat: str | MRopeCompat) -> MRopeCompat:
+    """Validate a compat choice given as a string or enum member."""
+    try:
+        return MRopeCompat(compat)
+    except ValueError:
+        choices = ", ".join(member.value for member in MRopeCompat)
+        raise InvalidInput(f"unknown compat {compat!r}; choose one of: {choices}", field="compat") from None

@@ -1,0 +1,370 @@
+"""M-RoPE positions from a segment list per row, and the conversion from token-level input to segments.
+
+A row is a list of JSON-shaped segments (plain dicts, see the TypedDicts below), for example::
+
+    [{"text": 12}, {"image": [1, 28, 28]}, {"video": [8, 16, 16], "second_per_grid_t": 0.5}, {"text": 5}]
+
+Grids are ``(t, h, w)`` in patch units, before spatial merging; a vision segment holds ``t * (h/m) * (w/m)`` tokens.
+Text segments count every text token, vision start/end markers and timestamps included; ``{"text": 0}`` is allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple, NotRequired, TypedDict
+
+import torch
+
+from ropeserve.errors import InvalidInput, check_limit
+from ropeserve.positions._blocks import (
+    IMAGE_TOKEN,
+    PAD_BLOCK,
+    TEXT_TOKEN,
+    VIDEO_TOKEN,
+    Blocks,
+    plan_positions,
+)
+from ropeserve.positions._common import (
+    MAX_ELEMENTS,
+    PAD_POSITION,
+    IntsLike,
+    check_element_limit,
+    require_finite_float,
+    require_int,
+)
+from ropeserve.positions.families import DEFAULT_COMPAT, MRopeCompat, MRopeFamily
+from ropeserve.positions.mrope import (
+    FloatsLike,
+    ModelSettings,
+    MRopePositions,
+    analyse_tokens,
+    resolve_settings,
+)
+
+__all__ = [
+    "ImageSegment",
+    "PaddingSide",
+    "Segment",
+    "TextSegment",
+    "VideoSegment",
+    "mrope_positions_from_segments",
+    "mrope_segments_from_tokens",
+]
+
+
+class TextSegment(TypedDict):
+    text: int
+    """Number of text tokens (>= 0)."""
+
+
+class ImageSegment(TypedDict):
+    image: Sequence[int]
+    """``(t, h, w)`` patch grid; ``h`` and ``w`` multiples of the merge size. Never scaled by tokens_per_second."""
+
+
+class VideoSegment(TypedDict):
+    video: Sequence[int]
+    """``(t, h, w)`` patch grid."""
+    second_per_grid_t: NotRequired[float]
+    """Qwen2.5-VL: seconds per temporal patch (``temporal_patch_size / fps``; default 1.0). Other families ignore
+    it (their time reaches the model only as timestamp text or not at all)."""
+    frame_gaps: NotRequired[int | Sequence[int]]
+    """Qwen3-VL / GLM-4V only, required when ``t > 1``: text tokens between consecutive frames' pad runs (the
+    ``<vision_end>``, the next timestamp and ``<vision_start>``), one int for every gap or a list of ``t - 1``."""
+
+
+Segment = TextSegment | ImageSegment | VideoSegment
+PaddingSide = Literal["left", "right"]
+
+_OPTIONAL_KEYS: dict[str, frozenset[str]] = {
+    "text": frozenset(),
+    "image": frozenset(),
+    "video": frozenset({"second_per_grid_t", "frame_gaps"}),
+}
+
+
+@dataclass
+class _BlockList:
+    """Blocks collected segment by segment, one list per row (Python ints; one entry per block, never per token)."""
+
+    token_limit: int
+    """Most tokens a row may hold (checked as segments arrive, before any per-frame work)."""
+    rows: list[list[tuple[int, int, int, int, float]]] = field(default_factory=list)
+    """Per row: (kind, merged t, merged h, merged w, second_per_grid_t) of each block."""
+    row_lengths: list[int] = field(default_factory=list)
+
+    def reserve(self, row: int, tokens: int, field_name: str) -> None:
+        """Count ``tokens`` more for ``row``; raise LimitExceeded past the limit."""
+        self.row_lengths[row] += tokens
+        check_limit(self.row_lengths[row], self.token_limit, f"{field_name}: tokens of row {row}", field=field_name)
+
+    def add_text(self, row: int, count: int) -> None:
+        if count > 0:
+            self.rows[row].append((TEXT_TOKEN, 1, 1, count, 1.0))
+
+    def add_vision(self, row: int, kind: int, t: int, h: int, w: int, seconds: float) -> None:
+        self.rows[row].append((kind, t, h, w, seconds))
+
+
+class _SegmentContext(NamedTuple):
+    settings: ModelSettings
+    row: int
+    field: str
+
+
+def _segment_kind(segment: object, field_name: str) -> str:
+    if type(segment) is not dict and not isinstance(segment, Mapping):
+        raise InvalidInput(f"{field_name} must be an object, got {type(segment).__name__}", field=field_name)
+    if len(segment) == 1:  # fast path: {"text": n}, {"image": [...]}, {"video": [...]}
+        (key,) = segment
+        if key in _OPTIONAL_KEYS:
+            return key
+    kinds = [key for key in _OPTIONAL_KEYS if key in segment]
+    if len(kinds) != 1:
+        raise InvalidInput(
+            f"{field_name} must have exactly one of 'text', 'image', 'video'; got keys {sorted(segment)}",
+            field=field_name,
+        )
+    kind = kinds[0]
+    extra = set(segment) - {kind} - _OPTIONAL_KEYS[kind]
+    if extra:
+        raise InvalidInput(f"{field_name}: unexpected keys {sorted(extra)} for a {kind} segment", field=field_name)
+    return kind
+
+
+def _merged_grid(value: object, context: _SegmentContext, kind: str) -> tuple[int, int, int]:
+    """Validate a patch grid and return it in LLM tokens ``(t, h / merge, w / merge)``."""
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence) or len(value) != 3:
+        raise InvalidInput(f"{context.field}: {kind} must be a list [t, h, w], got {value!r}", field=context.field)
+    t, h, w = value
+    if not (type(t) is int and type(h) is int and type(w) is int):  # fast path for plain ints
+        t, h, w = (require_int(size, context.field) for size in value)
+    if min(t, h, w) < 1:
+        raise InvalidInput(f"{context.field}: {kind} grid {[t, h, w]} has a zero or negative size", field=context.field)
+    merge = context.settings.spatial_merge_size
+    if h % merge or w % merge:
+        raise InvalidInput(
+            f"{context.field}: {kind} grid {[t, h, w]}: h and w must be multiples of spatial_merge_size {merge}",
+            field=context.field,
+        )
+    return t, h // merge, w // merge
+
+
+def _add_text(blocks: _BlockList, segment: Mapping[str, object], context: _SegmentContext) -> None:
+    value = segment["text"]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{context.field}: text must be an integer, got {value!r}", field=context.field)
+    if value < 0:
+        raise InvalidInput(f"{context.field}: text length {value} is negative", field=context.field)
+    blocks.reserve(context.row, value, context.field)
+    blocks.add_text(context.row, value)
+
+
+def _add_image(blocks: _BlockList, segment: Mapping[str, object], context: _SegmentContext) -> None:
+    t, h, w = _merged_grid(segment["image"], context, "image")
+    blocks.reserve(context.row, t * h * w, context.field)
+    blocks.add_vision(context.row, IMAGE_TOKEN, t, h, w, 1.0)
+
+
+def _frame_gaps(value: object, frames: int, context: _SegmentContext) -> list[int]:
+    if value is None:
+        if frames > 1:
+            raise InvalidInput(
+                f"{context.field}: {context.settings.family.name} places each of the {frames} frames between "
+                "timestamp text; give frame_gaps (text tokens between consecutive frames)",
+                field=context.field,
+            )
+        return []
+    gaps = [value] * (frames - 1) if isinstance(value, int) and not isinstance(value, bool) else value
+    if isinstance(gaps, str | bytes) or not isinstance(gaps, Sequence) or len(gaps) != frames - 1:
+        raise InvalidInput(
+            f"{context.field}: frame_gaps must be an int or a list of {frames - 1} ints, got {value!r}",
+            field=context.field,
+        )
+    for gap in gaps:
+        if isinstance(gap, bool) or not isinstance(gap, int) or gap < 0:
+            raise InvalidInput(f"{context.field}: frame_gaps must hold integers >= 0, got {gap!r}", field=context.field)
+    return list(gaps)
+
+
+def _add_video(blocks: _BlockList, segment: Mapping[str, object], context: _SegmentContext) -> None:
+    t, h, w = _merged_grid(segment["video"], context, "video")
+    rule = context.settings.family.temporal_rule
+    seconds = segment.get("second_per_grid_t")
+    seconds = 1.0 if seconds is None else require_finite_float(seconds, context.field, minimum=0.0)
+    if not rule.splits_video_frames:
+        if "frame_gaps" in segment:
+            raise InvalidInput(
+                f"{context.field}: frame_gaps applies only to families with one block per frame "
+                f"(not {context.settings.family.name})",
+                field=context.field,
+            )
+        blocks.reserve(context.row, t * h * w, context.field)
+        blocks.add_vision(context.row, VIDEO_TOKEN, t, h, w, seconds)
+        return
+    blocks.reserve(context.row, t * h * w, context.field)  # before the per-frame work below
+    gaps = _frame_gaps(segment.get("frame_gaps"), t, context)
+    blocks.reserve(context.row, sum(gaps), context.field)
+    blocks.add_vision(context.row, VIDEO_TOKEN, 1, h, w, seconds)
+    for gap in gaps:
+        blocks.add_text(context.row, gap)
+        blocks.add_vision(context.row, VIDEO_TOKEN, 1, h, w, seconds)
+
+
+_SEGMENT_HANDLERS: dict[str, Callable[[_BlockList, Mapping[str, object], _SegmentContext], None]] = {
+    "text": _add_text,
+    "image": _add_image,
+    "video": _add_video,
+}
+
+
+def _collect_blocks(rows: Sequence[Sequence[Segment]], settings: ModelSettings, token_limit: int) -> _BlockList:
+    if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
+        raise InvalidInput("rows must be a list of segment lists", field="rows")
+    blocks = _BlockList(token_limit, rows=[[] for _ in rows], row_lengths=[0] * len(rows))
+    for row, segments in enumerate(rows):
+        if isinstance(segments, str | bytes | Mapping) or not isinstance(segments, Sequence):
+            raise InvalidInput(f"rows[{row}] must be a list of segments", field=f"rows[{row}]")
+        for position, segment in enumerate(segments):
+            field_name = f"rows[{row}].segments[{position}]"
+            kind = _segment_kind(segment, field_name)
+            _SEGMENT_HANDLERS[kind](blocks, segment, _SegmentContext(settings, row, field_name))
+    return blocks
+
+
+def _padded_blocks(
+    collected: _BlockList,
+    row_lengths: list[int],
+    width: int,
+    padding_side: PaddingSide,
+    settings: ModelSettings,
+    device: torch.device | str | None,
+) -> Blocks:
+    """Tensor blocks tiling ``[B, width]``: each row's blocks plus one padding block on ``padding_side``."""
+    row_ids: list[int] = []
+    entries: list[tuple[int, int, int, int, float]] = []
+    for row, (blocks, length) in enumerate(zip(collected.rows, row_lengths, strict=True)):
+        padding = [(PAD_BLOCK, 1, 1, width - length, 1.0)] if length < width else []
+        ordered = padding + blocks if padding_side == "left" else blocks + padding
+        entries += ordered
+        row_ids += [row] * len(ordered)
+    kind, t, h, w, seconds = zip(*entries, strict=True) if entries else ((), (), (), (), ())
+    kind_tensor = torch.tensor(kind, dtype=torch.long, device=device)
+    time_step = None
+    if settings.family.temporal_rule.scales_by_seconds:
+        assert settings.tokens_per_second is not None
+        seconds_tensor = torch.tensor(seconds, dtype=torch.float32, device=device)
+        video_steps = seconds_tensor * settings.tokens_per_second
+        time_step = torch.where(kind_tensor == VIDEO_TOKEN, video_steps, torch.ones_like(seconds_tensor))
+    return Blocks(
+        row=torch.tensor(row_ids, dtype=torch.long, device=device),
+        kind=kind_tensor,
+        thw=torch.tensor(list(zip(t, h, w, strict=True)), dtype=torch.long, device=device).reshape(-1, 3),
+        time_step=time_step,
+        has_padding=min(row_lengths, default=width) < width,
+    )
+
+
+def _row_mask(row_lengths: list[int], padding_side: PaddingSide, device: torch.device | str | None) -> torch.Tensor:
+    """``[B, T]`` bool, ``T = max(row_lengths)``, real tokens on the right or left."""
+    width = max(row_lengths, default=0)
+    lengths = torch.tensor(row_lengths, dtype=torch.long, device=device)[:, None]
+    columns = torch.arange(width, device=device)[None, :]
+    return columns >= width - lengths if padding_side == "left" else columns < lengths
+
+
+def mrope_positions_from_segments(
+    rows: Sequence[Sequence[Segment]],
+    *,
+    family: str | MRopeFamily,
+    spatial_merge_size: int | None = None,
+    tokens_per_second: float | None = None,
+    compat: str | MRopeCompat = DEFAULT_COMPAT,
+    padding_side: PaddingSide = "right",
+    fill_value: int = PAD_POSITION,
+    max_tokens: int | None = None,
+    device: torch.device | str | None = None,
+) -> MRopePositions:
+    """Prefill M-RoPE positions from a segment list per row.
+
+    Rows of different lengths are padded to the longest on ``padding_side`` with ``fill_value``. Gives the same
+    positions as :func:`mrope_positions_from_tokens` on the equivalent token sequence.
+
+    Args:
+        rows: ``B`` lists of :data:`Segment` dicts.
+        max_tokens: optional limit on ``B * T`` (raises ``LimitExceeded`` before any tensor is built).
+
+    Returns:
+        :class:`MRopePositions`: ``position_ids`` ``[3, B, T]``, ``mrope_position_deltas`` ``[B, 1]``,
+        ``attention_mask`` ``[B, T]``.
+
+    Raises:
+        InvalidInput with ``field="rows[b].segments[i]"`` for a malformed segment, a negative text length, an empty
+        grid, a grid not divisible by the merge size, or misplaced/missing ``frame_gaps``.
+    """
+    if padding_side not in ("left", "right"):
+        raise InvalidInput(f"padding_side must be 'left' or 'right', got {padding_side!r}", field="padding_side")
+    settings = resolve_settings(family, spatial_merge_size, tokens_per_second, compat)
+    collected = _collect_blocks(rows, settings, MAX_ELEMENTS if max_tokens is None else min(max_tokens, MAX_ELEMENTS))
+    row_lengths = collected.row_lengths
+    width = max(row_lengths, default=0)
+    check_element_limit(len(rows) * width, max_tokens, "M-RoPE position slots", "rows")
+    with torch.inference_mode():  # see PositionPlan
+        blocks = _padded_blocks(collected, row_lengths, width, padding_side, settings, device)
+        lengths = torch.tensor(row_lengths, dtype=torch.long, device=device)
+        plan = plan_positions(blocks, lengths, width, settings.compat, fill_value)
+    position_ids, deltas = plan.expand()
+    return MRopePositions(position_ids, deltas, _row_mask(row_lengths, padding_side, device))
+
+
+def mrope_segments_from_tokens(
+    *,
+    family: str | MRopeFamily,
+    mm_token_type_ids: IntsLike | None = None,
+    input_ids: IntsLike | None = None,
+    image_grid_thw: IntsLike | None = None,
+    video_grid_thw: IntsLike | None = None,
+    second_per_grid_ts: FloatsLike | None = None,
+    attention_mask: IntsLike | None = None,
+    image_token_id: int | None = None,
+    video_token_id: int | None = None,
+    spatial_merge_size: int | None = None,
+) -> list[list[Segment]]:
+    """The segment lists equivalent to token-level input (same arguments and validation as
+    :func:`mrope_positions_from_tokens`). Padding is dropped; Qwen3-VL / GLM-4V videos come out as one
+    ``{"video": [1, h, w]}`` per frame with the timestamp text between them as text segments."""
+    settings = resolve_settings(family, spatial_merge_size, None, DEFAULT_COMPAT)
+    analysis = analyse_tokens(
+        settings,
+        mm_token_type_ids=mm_token_type_ids,
+        input_ids=input_ids,
+        image_grid_thw=image_grid_thw,
+        video_grid_thw=video_grid_thw,
+        second_per_grid_ts=second_per_grid_ts,
+        attention_mask=attention_mask,
+        image_token_id=image_token_id,
+        video_token_id=video_token_id,
+    )
+    rows: list[list[Segment]] = [[] for _ in range(analysis.mask.shape[0])]
+    blocks = analysis.blocks
+    merge = analysis.spatial_merge_size
+    seconds = analysis.second_per_grid_t.tolist() if analysis.second_per_grid_t is not None else None
+    for block, (row, kind, (t, h, w)) in enumerate(
+        zip(blocks.row.tolist(), blocks.kind.tolist(), blocks.thw.tolist(), strict=True)
+    ):
+        if kind == TEXT_TOKEN:
+            rows[row].append(TextSegment(text=w))
+        elif kind != PAD_BLOCK:
+            patch_grid = [t, h * merge, w * merge]
+            rows[row].append(_vision_segment(kind, patch_grid, None if seconds is None else seconds[block]))
+    return rows
+
+
+def _vision_segment(kind: int, grid: list[int], seconds: float | None) -> Segment:
+    if kind == IMAGE_TOKEN:
+        return ImageSegment(image=grid)
+    video = VideoSegment(video=grid)
+    if seconds is not None:
+        video["second_per_grid_t"] = seconds
+    return video

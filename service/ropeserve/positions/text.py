@@ -1,0 +1,122 @@
+"""1-D position ids: padded batches, packed sequences, cache continuation and decode steps.
+
+All functions return int64 tensors and never loop over tokens in Python. Padded slots receive ``fill_value``
+(default :data:`PAD_POSITION` = 0, as transformers 5 does).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ropeserve.errors import InvalidInput
+from ropeserve.positions._common import (
+    PAD_POSITION,
+    IntsLike,
+    as_long_tensor,
+    as_mask_tensor,
+    check_element_limit,
+    per_row_values,
+    require_at_least,
+    require_int,
+)
+
+__all__ = ["decode_positions", "packed_positions", "positions_from_attention_mask"]
+
+
+def positions_from_attention_mask(
+    attention_mask: IntsLike,
+    *,
+    past_lengths: IntsLike | int | None = None,
+    fill_value: int = PAD_POSITION,
+) -> torch.Tensor:
+    """Positions of a padded batch: ``[B, T]`` 0/1 mask -> ``[B, T]`` int64 positions.
+
+    A real token's position is ``past_lengths[b]`` plus the number of real tokens before it in its row, so left,
+    right and interior padding all work (this is ``cumsum(mask) - 1``, as ``generate()`` builds it). Padded slots
+    hold ``fill_value``.
+
+    Args:
+        attention_mask: ``[B, T]``, 1 for real tokens and 0 for padding (bool accepted).
+        past_lengths: real tokens already in each row's KV cache (``[B]`` or one int for all rows); default 0.
+        fill_value: value for padded slots.
+    """
+    mask = as_mask_tensor(attention_mask, "attention_mask")
+    past = per_row_values(past_lengths, mask.shape[0], "past_lengths", device=mask.device)
+    positions = mask.long().cumsum(dim=-1) - 1 + past[:, None]
+    return positions.masked_fill(~mask, fill_value)
+
+
+def packed_positions(
+    *,
+    segment_lengths: IntsLike | None = None,
+    cu_seqlens: IntsLike | None = None,
+    past_lengths: IntsLike | int | None = None,
+    total_length: int | None = None,
+    fill_value: int = PAD_POSITION,
+    max_tokens: int | None = None,
+) -> torch.Tensor:
+    """Positions of sequences packed back to back in one buffer -> ``[N]`` int64.
+
+    Positions restart at every boundary; give the boundaries either as ``segment_lengths`` ``[S]`` or as
+    flash-attention style ``cu_seqlens`` ``[S + 1]`` (starts at 0, non-decreasing). Segment ``s`` continues from
+    ``past_lengths[s]`` (its cached tokens; default 0), as in a varlen chunked-prefill batch.
+
+    Args:
+        total_length: buffer length ``N`` (default: the sum of the lengths); trailing slots hold ``fill_value``.
+        max_tokens: optional limit on ``N`` (raises ``LimitExceeded`` before allocating).
+    """
+    lengths, field = _segment_lengths(segment_lengths, cu_seqlens)
+    past = per_row_values(past_lengths, lengths.numel(), "past_lengths", device=lengths.device)
+    used = int(lengths.sum())
+    length = used if total_length is None else require_int(total_length, "total_length", minimum=0)
+    if length < used:
+        raise InvalidInput(
+            f"total_length {length} is shorter than the packed segments ({used} tokens)", field="total_length"
+        )
+    check_element_limit(length, max_tokens, "packed positions", field=field)
+    segment_of_token = torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)
+    starts = lengths.cumsum(0) - lengths
+    positions = torch.full((length,), fill_value, dtype=torch.long, device=lengths.device)
+    positions[:used] = torch.arange(used, device=lengths.device) - starts[segment_of_token]
+    positions[:used] += past[segment_of_token]
+    return positions
+
+
+def decode_positions(cache_lengths: IntsLike | int, num_new: int = 1) -> torch.Tensor:
+    """Positions of the next ``num_new`` tokens of each row -> ``[B, num_new]`` int64.
+
+    Row ``b`` gets ``cache_lengths[b] + arange(num_new)``; ``num_new > 1`` covers speculative decoding (the
+    draft tokens verified in one step). ``cache_lengths`` counts the real tokens already in the cache.
+    """
+    count = require_int(num_new, "num_new", minimum=1)
+    if isinstance(cache_lengths, int):
+        cache = torch.tensor([cache_lengths], dtype=torch.long)
+    else:
+        cache = as_long_tensor(cache_lengths, "cache_lengths", ndim=1)
+    require_at_least(cache, 0, "cache_lengths")
+    check_element_limit(cache.numel() * count, None, "decode positions", field="num_new")
+    return cache[:, None] + torch.arange(count, device=cache.device)
+
+
+def _segment_lengths(segment_lengths: IntsLike | None, cu_seqlens: IntsLike | None) -> tuple[torch.Tensor, str]:
+    """``[S]`` lengths from exactly one of the two boundary forms, and the field name to blame."""
+    if (segment_lengths is None) == (cu_seqlens is None):
+        raise InvalidInput("give exactly one of segment_lengths and cu_seqlens", field="segment_lengths")
+    if segment_lengths is not None:
+        lengths = as_long_tensor(segment_lengths, "segment_lengths", ndim=1)
+        require_at_least(lengths, 0, "segment_lengths")
+        return lengths, "segment_lengths"
+    assert cu_seqlens is not None
+    cumulative = as_long_tensor(cu_seqlens, "cu_seqlens", ndim=1)
+    if cumulative.numel() == 0 or int(cumulative[0]) != 0:
+        raise InvalidInput("cu_seqlens must start with 0", field="cu_seqlens[0]")
+    lengths = cumulative.diff()
+    decreasing = lengths < 0
+    if bool(decreasing.any()):
+        index = int(decreasing.nonzero()[0, 0]) + 1
+        raise InvalidInput(
+            f"cu_seqlens must be non-decreasing; cu_seqlens[{index}] = {int(cumulative[index])} is below "
+            f"cu_seqlens[{index - 1}] = {int(cumulative[index - 1])} (segment {index - 1} has a negative length)",
+            field=f"cu_seqlens[{index}]",
+        )
+    return lengths, "cu_seqlens"

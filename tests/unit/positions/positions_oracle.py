@@ -1,0 +1,256 @@
+"""Test helpers: the transformers 5.24 oracle, an independent per-token reference, segment -> token rendering,
+and hypothesis strategies for M-RoPE batches."""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from hypothesis import strategies as st
+from transformers.models.glm4v.modeling_glm4v import Glm4vModel
+from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
+from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
+
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v")
+SPLIT_FAMILIES = {"qwen3_vl", "glm4v"}
+HF_MODEL_CLASSES = {
+    "qwen2_vl": Qwen2VLModel,
+    "qwen2_5_vl": Qwen2_5_VLModel,
+    "qwen3_vl": Qwen3VLModel,
+    "glm4v": Glm4vModel,
+}
+TEXT_ID, IMAGE_ID, VIDEO_ID = 100, 151655, 151656
+
+
+# ------------------------------------------------------------------------------------------------ transformers oracle
+def hf_get_rope_index(
+    family: str,
+    *,
+    input_ids: torch.Tensor,
+    mm_token_type_ids: torch.Tensor,
+    image_grid_thw: torch.Tensor | None,
+    video_grid_thw: torch.Tensor | None,
+    attention_mask: torch.Tensor | None,
+    second_per_grid_ts: torch.Tensor | None = None,
+    spatial_merge_size: int = 2,
+    tokens_per_second: float = 2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``XModel.get_rope_index`` called unbound on a stand-in ``self`` (spec §8 S3)."""
+    cls = HF_MODEL_CLASSES[family]
+    vision_config = types.SimpleNamespace(spatial_merge_size=spatial_merge_size, tokens_per_second=tokens_per_second)
+    stand_in = types.SimpleNamespace(config=types.SimpleNamespace(vision_config=vision_config))
+    stand_in.get_vision_position_ids = types.MethodType(cls.get_vision_position_ids, stand_in)
+    kwargs: dict[str, Any] = {}
+    if family == "qwen2_5_vl":
+        kwargs["second_per_grid_ts"] = second_per_grid_ts
+    return cls.get_rope_index(
+        stand_in,
+        input_ids,
+        mm_token_type_ids,
+        image_grid_thw=image_grid_thw,
+        video_grid_thw=video_grid_thw,
+        attention_mask=attention_mask,
+        **kwargs,
+    )
+
+
+# ------------------------------------------------------------------------------------------------ segments -> tokens
+@dataclass
+class TokenBatch:
+    input_ids: torch.Tensor
+    mm_token_type_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    image_grid_thw: torch.Tensor | None
+    video_grid_thw: torch.Tensor | None
+    second_per_grid_ts: torch.Tensor | None
+
+    def kwargs(self) -> dict[str, Any]:
+        return {
+            "mm_token_type_ids": self.mm_token_type_ids,
+            "image_grid_thw": self.image_grid_thw,
+            "video_grid_thw": self.video_grid_thw,
+            "second_per_grid_ts": self.second_per_grid_ts,
+            "attention_mask": self.attention_mask,
+        }
+
+
+def _row_types(segments: list[dict[str, Any]], family: str, merge: int) -> list[int]:
+    out: list[int] = []
+    for segment in segments:
+        if "text" in segment:
+            out += [0] * segment["text"]
+        elif "image" in segment:
+            t, h, w = segment["image"]
+            out += [1] * (t * (h // merge) * (w // merge))
+        else:
+            t, h, w = segment["video"]
+            if family in SPLIT_FAMILIES:
+                gaps = segment.get("frame_gaps", 0)
+                gaps = [gaps] * (t - 1) if isinstance(gaps, int) else gaps
+                for frame in range(t):
+                    if frame:
+                        out += [0] * gaps[frame - 1]
+                    out += [2] * ((h // merge) * (w // merge))
+            else:
+                out += [2] * (t * (h // merge) * (w // merge))
+    return out
+
+
+def render_tokens(
+    rows: list[list[dict[str, Any]]],
+    family: str,
+    merge: int,
+    *,
+    pads: list[int] | None = None,
+    left: bool = True,
+    with_seconds: bool = True,
+) -> TokenBatch:
+    """What a serving stack would hold for these segment rows (global grids in row order, padded batch)."""
+    type_rows = [_row_types(segments, family, merge) for segments in rows]
+    pads = pads or [0] * len(rows)
+    width = max(len(r) + p for r, p in zip(type_rows, pads, strict=True))
+    types_t = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, row in enumerate(type_rows):
+        start = width - len(row) if left else 0
+        types_t[b, start : start + len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[b, start : start + len(row)] = 1
+    images = [s["image"] for r in rows for s in r if "image" in s]
+    videos = [s["video"] for r in rows for s in r if "video" in s]
+    seconds = [s.get("second_per_grid_t", 1.0) for r in rows for s in r if "video" in s]
+    ids = torch.full_like(types_t, TEXT_ID)
+    ids[types_t == 1] = IMAGE_ID
+    ids[types_t == 2] = VIDEO_ID
+    return TokenBatch(
+        input_ids=ids,
+        mm_token_type_ids=types_t,
+        attention_mask=mask,
+        image_grid_thw=torch.tensor(images, dtype=torch.long) if images else None,
+        video_grid_thw=torch.tensor(videos, dtype=torch.long) if videos else None,
+        second_per_grid_ts=torch.tensor(seconds, dtype=torch.float32) if (videos and with_seconds) else None,
+    )
+
+
+# ------------------------------------------------------------------------------------------------ reference
+def reference_row(
+    segments: list[dict[str, Any]], family: str, merge: int, tokens_per_second: float, compat: str
+) -> tuple[list[list[int]], int]:
+    """Straightforward per-token M-RoPE positions of one row: ``([T, H, W] lists, delta)``.
+
+    Written from the spec (§5.2, §7.9) independently of the library: the block after a vision block starts at
+    ``start + max(h', w')`` (transformers5) or at the block's largest position + 1 (transformers4).
+    """
+    axes: list[list[int]] = [[], [], []]
+    current = 0
+    scaled = family == "qwen2_5_vl"
+
+    def vision(t: int, h: int, w: int, step: np.float32 | None) -> None:
+        nonlocal current
+        block_max = current
+        for ti in range(t):
+            t_pos = current + (ti if step is None else int(np.float32(ti) * step))
+            for hi in range(h):
+                for wi in range(w):
+                    for axis, value in zip(axes, (t_pos, current + hi, current + wi), strict=True):
+                        axis.append(value)
+                    block_max = max(block_max, t_pos, current + hi, current + wi)
+        current = block_max + 1 if compat == "transformers4" else current + max(h, w)
+
+    for segment in segments:
+        if "text" in segment:
+            for k in range(segment["text"]):
+                for axis in axes:
+                    axis.append(current + k)
+            current += segment["text"]
+        elif "image" in segment:
+            t, h, w = segment["image"]
+            vision(t, h // merge, w // merge, None)
+        else:
+            t, h, w = segment["video"]
+            step = None
+            if scaled:
+                step = np.float32(np.float32(segment.get("second_per_grid_t", 1.0)) * np.float32(tokens_per_second))
+            if family in SPLIT_FAMILIES:
+                gaps = segment.get("frame_gaps", 0)
+                gaps = [gaps] * (t - 1) if isinstance(gaps, int) else gaps
+                for frame in range(t):
+                    if frame:
+                        for k in range(gaps[frame - 1]):
+                            for axis in axes:
+                                axis.append(current + k)
+                        current += gaps[frame - 1]
+                    vision(1, h // merge, w // merge, None)
+            else:
+                vision(t, h // merge, w // merge, step)
+    count = len(axes[0])
+    delta = (max(max(axis) for axis in axes) + 1 - count) if count else 0
+    return axes, delta
+
+
+# ------------------------------------------------------------------------------------------------ strategies
+SECONDS_CHOICES = [1.0, 0.5, 0.25, 1 / 3, 2 / 3, 0.1, 0.75, 1.5, 2 / 2.4, 2 / 30]
+
+
+@st.composite
+def segment_rows(draw: st.DrawFn, family: str, merge: int, max_rows: int = 4) -> list[list[dict[str, Any]]]:
+    """Rows of segments that a token sequence can express: several images and videos, t != h != w grids,
+    empty text between vision blocks of different kinds, text-only rows, every row non-empty."""
+    num_rows = draw(st.integers(1, max_rows))
+    rows = []
+    for _ in range(num_rows):
+        if draw(st.integers(0, 4)) == 0:
+            rows.append([{"text": draw(st.integers(1, 6))}])
+            continue
+        items: list[dict[str, Any]] = []
+        for _ in range(draw(st.integers(1, 5))):
+            kind = draw(st.sampled_from(["text", "text", "image", "video"]))
+            if kind == "text":
+                items.append({"text": draw(st.integers(0, 5))})
+                continue
+            h = merge * draw(st.integers(1, 4))
+            w = merge * draw(st.integers(1, 4))
+            if kind == "image":
+                items.append({"image": [draw(st.sampled_from([1, 1, 1, 2])), h, w]})
+                continue
+            segment: dict[str, Any] = {"video": [draw(st.integers(1, 4)), h, w]}
+            if family == "qwen2_5_vl":
+                segment["second_per_grid_t"] = draw(
+                    st.one_of(st.sampled_from(SECONDS_CHOICES), st.floats(0.015625, 3.0, width=32))
+                )
+            if family in SPLIT_FAMILIES and segment["video"][0] > 1:
+                frames = segment["video"][0]
+                segment["frame_gaps"] = draw(
+                    st.one_of(st.integers(1, 4), st.lists(st.integers(1, 4), min_size=frames - 1, max_size=frames - 1))
+                )
+            items.append(segment)
+        rows.append(_separate_same_kind(items))
+    return rows
+
+
+def _separate_same_kind(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Insert one text token between vision segments of the same kind (tokens would merge them into one run)."""
+    out: list[dict[str, Any]] = []
+    last_vision: str | None = None
+    for item in items:
+        kind = next(k for k in ("text", "image", "video") if k in item)
+        if kind == "text":
+            if item["text"] > 0:
+                last_vision = None
+        elif kind == last_vision:
+            out.append({"text": 1})
+        else:
+            last_vision = kind
+        if kind != "text":
+            last_vision = kind
+        out.append(item)
+    if not any(_row_types_nonempty(item) for item in out):
+        out.append({"text": 1})
+    return out
+
+
+def _row_types_nonempty(item: dict[str, Any]) -> bool:
+    return "text" not in item or item["text"] > 0
