@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from ropeserve import __version__
-from ropeserve.api import routes_encodings, routes_health, routes_lint, routes_rope
+from ropeserve.api import routes_encodings, routes_health, routes_lint, routes_positions, routes_rope
 from ropeserve.api.middleware import ServiceMiddleware, configure_access_log
 from ropeserve.api.problems import declare_common_problems, install_problem_handlers
 from ropeserve.api.runtime import Runtime
@@ -25,7 +25,13 @@ from ropeserve.settings import Settings, get_settings
 
 logger = logging.getLogger("ropeserve")
 server_log = logging.getLogger("uvicorn.error")
-ROUTERS = [routes_health.router, routes_rope.router, routes_encodings.router, routes_lint.router]
+ROUTERS = [
+    routes_health.router,
+    routes_rope.router,
+    routes_positions.router,
+    routes_encodings.router,
+    routes_lint.router,
+]
 DESCRIPTION = (
     "Reference service for position encodings in LLM serving: position ids (1-D and M-RoPE), cos/sin for "
     "every RoPE variant, Q/K rotation over safetensors, and config lint. Errors are application/problem+json."

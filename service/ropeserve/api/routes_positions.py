@@ -1,0 +1,317 @@
+"""Position ids (1-D and M-RoPE), M-RoPE cos/sin and the vision tower's 2-D rotary."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import Field, model_validator
+
+from ropeserve.api.negotiation import TENSOR_RESPONSES, tensor_response
+from ropeserve.api.problems import problem_responses
+from ropeserve.api.runtime import RuntimeDep
+from ropeserve.api.schemas import DTYPES, DtypeName, PairingName, RopeSource, StrictModel
+from ropeserve.config import preset_config
+from ropeserve.errors import InvalidInput, check_limit
+from ropeserve.positions import (
+    DEFAULT_COMPAT,
+    decode_positions,
+    mrope_decode_positions,
+    mrope_positions_from_segments,
+    mrope_positions_from_tokens,
+    packed_positions,
+    positions_from_attention_mask,
+    slice_prefill_positions,
+    vision_position_ids,
+)
+from ropeserve.rope import mrope_cos_sin, vision_cos_sin
+
+router = APIRouter(tags=["positions"])
+ERRORS = problem_responses(406, 413, 422)
+IntMatrix = list[list[int]]
+Compat = Literal["transformers5", "transformers4"]
+
+
+def _one_of(model: StrictModel, names: tuple[str, ...]) -> str:
+    given = [name for name in names if getattr(model, name) is not None]
+    if len(given) != 1:
+        raise ValueError(f"give exactly one of {', '.join(names)} (got {given or 'none'})")
+    return given[0]
+
+
+class PositionsRequest(StrictModel):
+    """1-D positions. Modes: ``attention_mask`` (padded batch), ``segment_lengths``/``cu_seqlens`` (packed),
+    ``cache_lengths`` (the next ``num_new`` decode positions)."""
+
+    attention_mask: IntMatrix | None = Field(None, description="[B, T] 0/1; left, right or interior padding.")
+    segment_lengths: list[int] | None = Field(None, description="Packed sequence lengths; positions restart.")
+    cu_seqlens: list[int] | None = Field(None, description="Packed boundaries [0, l0, l0+l1, ...].")
+    cache_lengths: list[int] | None = Field(None, description="Decode: tokens already cached per row.")
+    past_lengths: list[int] | None = Field(None, description="Continuation: cache length per row / segment.")
+    num_new: int = Field(1, ge=1, description="Decode: positions per row (>1 for speculative decoding).")
+    total_length: int | None = Field(None, ge=0, description="Packed: pad the output to this many tokens.")
+    fill_value: int = Field(0, description="Value of padded slots (transformers uses 0).")
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> PositionsRequest:
+        _one_of(self, ("attention_mask", "segment_lengths", "cu_seqlens", "cache_lengths"))
+        return self
+
+
+def _positions_1d(body: PositionsRequest, limit: int) -> tuple[str, torch.Tensor]:
+    if body.attention_mask is not None:
+        check_limit(sum(len(row) for row in body.attention_mask), limit, "positions", "attention_mask")
+        return "attention_mask", positions_from_attention_mask(
+            body.attention_mask, past_lengths=body.past_lengths, fill_value=body.fill_value
+        )
+    if body.cache_lengths is not None:
+        check_limit(len(body.cache_lengths) * body.num_new, limit, "positions", "num_new")
+        return "decode", decode_positions(body.cache_lengths, body.num_new)
+    positions = packed_positions(
+        segment_lengths=body.segment_lengths,
+        cu_seqlens=body.cu_seqlens,
+        past_lengths=body.past_lengths,
+        total_length=body.total_length,
+        fill_value=body.fill_value,
+        max_tokens=limit,
+    )
+    return "packed", positions
+
+
+@router.post(
+    "/v1/positions",
+    summary="1-D position ids: padding, packing, continuation, decode",
+    responses={**TENSOR_RESPONSES, **ERRORS},
+    response_class=Response,
+)
+def positions(body: PositionsRequest, request: Request, runtime: RuntimeDep) -> Response:
+    mode, ids = _positions_1d(body, runtime.settings.max_positions)
+    meta = {"mode": mode, "shape": list(ids.shape), "fill_value": body.fill_value}
+    return tensor_response(request, {"positions": ids}, meta, runtime.settings.json_response_max_elements)
+
+
+class MRopeModel(StrictModel):
+    """Which M-RoPE family and vision settings: ``family`` and/or a ``preset``/``config`` to read them from."""
+
+    family: str | None = Field(None, description="qwen2_vl, qwen2_5_vl, qwen3_vl, glm4v (or an alias).")
+    preset: str | None = Field(None, description="A preset whose model_type and vision_config give the family.")
+    config: dict[str, Any] | None = Field(None, description="A config.json giving model_type and vision_config.")
+    spatial_merge_size: int | None = Field(None, ge=1, description="Default: the config's, else the family's.")
+    tokens_per_second: float | None = Field(None, gt=0, description="Qwen2.5-VL video time scale (default 2).")
+
+    def resolve(self) -> tuple[str, int | None, float | None]:
+        """``(family, spatial_merge_size, tokens_per_second)`` with explicit fields winning over the config."""
+        config = self.config if self.config is not None else (preset_config(self.preset) if self.preset else None)
+        if config is None:
+            if self.family is None:
+                raise InvalidInput("give family, preset or config", field="family")
+            return self.family, self.spatial_merge_size, self.tokens_per_second
+        vision = config.get("vision_config") or {}
+        family = self.family or config.get("model_type")
+        if not isinstance(family, str):
+            raise InvalidInput("the config has no model_type; give family", field="family")
+        return (
+            family,
+            self.spatial_merge_size or vision.get("spatial_merge_size"),
+            self.tokens_per_second or vision.get("tokens_per_second"),
+        )
+
+
+class MRopePositionsRequest(MRopeModel):
+    """Prefill M-RoPE positions from segment lists (``rows``) or from what a serving stack holds (token form)."""
+
+    rows: list[list[dict[str, Any]]] | None = Field(
+        None,
+        description='Segment list per row, e.g. [{"text": 12}, {"image": [1, 28, 28]}, '
+        '{"video": [8, 16, 16], "second_per_grid_t": 0.5}, {"text": 5}].',
+    )
+    mm_token_type_ids: IntMatrix | None = Field(None, description="[B, L]: 0 text, 1 image pad, 2 video pad.")
+    input_ids: IntMatrix | None = Field(None, description="[B, L] token ids (image/video pad ids from the family).")
+    image_token_id: int | None = None
+    video_token_id: int | None = None
+    image_grid_thw: IntMatrix | None = Field(None, description="[N_img, 3] (t, h, w) in patches, batch order.")
+    video_grid_thw: IntMatrix | None = Field(None, description="[N_vid, 3] (t, h, w) in patches, batch order.")
+    second_per_grid_ts: list[float] | None = Field(None, description="Qwen2.5-VL: seconds per temporal patch.")
+    attention_mask: IntMatrix | None = Field(None, description="[B, L] 0/1 (token form).")
+    compat: Compat = Field(
+        DEFAULT_COMPAT.value,  # type: ignore[arg-type]
+        description="Where text after a video continues: transformers5 (start + max(h, w)/merge; the pinned "
+        "oracle, default) or transformers4 (max position + 1: transformers 4.x, original Qwen code, vLLM).",
+    )
+    padding_side: Literal["left", "right"] = Field("right", description="Segment form: where shorter rows pad.")
+    fill_value: int = Field(0, description="Value of padded slots (transformers 5 uses 0).")
+    context_len: int | None = Field(None, ge=0, description="Chunked prefill: return columns [context_len:seq_len].")
+    seq_len: int | None = Field(None, ge=0, description="Chunked prefill: end of the slice (default: all).")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> MRopePositionsRequest:
+        _one_of(self, ("rows", "mm_token_type_ids", "input_ids"))
+        return self
+
+    def tokens(self) -> int:
+        matrix = self.mm_token_type_ids or self.input_ids or []
+        return sum(len(row) for row in matrix)
+
+
+def _mrope_prefill(body: MRopePositionsRequest, limit: int) -> Any:
+    family, merge, tokens_per_second = body.resolve()
+    if body.rows is not None:
+        return mrope_positions_from_segments(
+            body.rows,
+            family=family,
+            spatial_merge_size=merge,
+            tokens_per_second=tokens_per_second,
+            compat=body.compat,
+            padding_side=body.padding_side,
+            fill_value=body.fill_value,
+            max_tokens=limit,
+        )
+    check_limit(body.tokens(), limit, "tokens", "input_ids" if body.input_ids else "mm_token_type_ids")
+    return mrope_positions_from_tokens(
+        family=family,
+        mm_token_type_ids=body.mm_token_type_ids,
+        input_ids=body.input_ids,
+        image_grid_thw=body.image_grid_thw,
+        video_grid_thw=body.video_grid_thw,
+        second_per_grid_ts=body.second_per_grid_ts,
+        attention_mask=body.attention_mask,
+        image_token_id=body.image_token_id,
+        video_token_id=body.video_token_id,
+        spatial_merge_size=merge,
+        tokens_per_second=tokens_per_second,
+        compat=body.compat,
+        fill_value=body.fill_value,
+    )
+
+
+@router.post(
+    "/v1/mrope/positions",
+    summary="M-RoPE prefill position ids (3, B, T) and deltas (B, 1)",
+    description="Qwen2-VL, Qwen2.5-VL, Qwen3-VL and GLM-4V rules, equal to transformers 5.24 get_rope_index "
+    "(compat=transformers5) or to the 4.x / vLLM rule for text after a video (compat=transformers4). "
+    "Inconsistent input (token counts vs grids, merge size, unused grids) is a 422 naming row and segment.",
+    responses={**TENSOR_RESPONSES, **ERRORS},
+    response_class=Response,
+)
+def mrope_positions(body: MRopePositionsRequest, request: Request, runtime: RuntimeDep) -> Response:
+    result = _mrope_prefill(body, runtime.settings.max_positions)
+    position_ids = result.position_ids
+    if body.context_len is not None or body.seq_len is not None:
+        seq_len = body.seq_len if body.seq_len is not None else position_ids.shape[-1]
+        position_ids = slice_prefill_positions(position_ids, body.context_len or 0, seq_len)
+    tensors = {"position_ids": position_ids, "mrope_position_deltas": result.mrope_position_deltas}
+    meta = {"compat": body.compat, "shape": list(position_ids.shape)}
+    return tensor_response(request, tensors, meta, runtime.settings.json_response_max_elements)
+
+
+class MRopeDecodeRequest(StrictModel):
+    mrope_position_deltas: list[int] | IntMatrix = Field(..., description="[B] or [B, 1] from the prefill.")
+    cache_lengths: list[int] = Field(..., description="Tokens already in the cache per row.")
+    num_new: int = Field(1, ge=1, description="Positions per row (>1 for speculative decoding).")
+
+
+@router.post(
+    "/v1/mrope/decode-positions",
+    summary="M-RoPE decode positions (3, B, num_new): cache length + delta, equal on all three rows",
+    responses={**TENSOR_RESPONSES, **ERRORS},
+    response_class=Response,
+)
+def mrope_decode(body: MRopeDecodeRequest, request: Request, runtime: RuntimeDep) -> Response:
+    check_limit(len(body.cache_lengths) * body.num_new, runtime.settings.max_positions, "positions", "num_new")
+    ids = mrope_decode_positions(body.mrope_position_deltas, body.cache_lengths, body.num_new)
+    meta = {"shape": list(ids.shape)}
+    return tensor_response(request, {"position_ids": ids}, meta, runtime.settings.json_response_max_elements)
+
+
+class MRopeCosSinRequest(RopeSource):
+    position_ids: list[IntMatrix] | IntMatrix = Field(
+        ..., description="[3, B, T] or [3, T] (T, H, W rows), e.g. from /v1/mrope/positions."
+    )
+    dtype: DtypeName = "float32"
+    pairing: PairingName | None = Field(None, description="Default: the model's (GLM-4V pairs adjacent channels).")
+
+
+def _position_rows(value: list[IntMatrix] | IntMatrix, limit: int) -> torch.Tensor:
+    flat = [row for block in value for row in (block if block and isinstance(block[0], list) else [block])]
+    check_limit(sum(len(row) for row in flat), limit, "positions", "position_ids")
+    if len(value) != 3 or len({len(row) for row in flat}) > 1:
+        raise InvalidInput("position_ids must be [3, T] or [3, B, T] with equal row lengths", field="position_ids")
+    tensor = torch.tensor(value, dtype=torch.int64)
+    if tensor.numel() and int(tensor.min()) < 0:
+        raise InvalidInput("position_ids must be >= 0", field="position_ids")
+    return tensor
+
+
+@router.post(
+    "/v1/mrope/cos-sin",
+    summary="M-RoPE cos/sin: per-axis angles merged by mrope_section (chunked or interleaved layout)",
+    responses={**TENSOR_RESPONSES, **ERRORS},
+    response_class=Response,
+)
+def mrope_cos_sin_route(body: MRopeCosSinRequest, request: Request, runtime: RuntimeDep) -> Response:
+    params, default_pairing = body.resolve()
+    if params.mrope_section is None:
+        raise InvalidInput("these rope parameters have no mrope_section", field="rope")
+    position_ids = _position_rows(body.position_ids, runtime.settings.max_positions)
+    check_limit(
+        2 * (position_ids.numel() // 3) * params.rotary_dim, runtime.settings.max_table_elements, "table elements"
+    )
+    pairing = body.pairing or default_pairing
+    result = mrope_cos_sin(params, position_ids, pairing=pairing, dtype=DTYPES[body.dtype], cache=runtime.tables)
+    meta = {
+        "rope_type": params.rope_type,
+        "rotary_dim": params.rotary_dim,
+        "mrope_section": list(params.mrope_section),
+        "mrope_layout": params.mrope_layout,
+        "attention_factor": result.attention_factor,
+        "pairing": pairing,
+        "dtype": body.dtype,
+        "max_abs_error": result.max_abs_error,
+    }
+    tensors = {"cos": result.cos, "sin": result.sin}
+    return tensor_response(request, tensors, meta, runtime.settings.json_response_max_elements)
+
+
+class VisionRopeRequest(StrictModel):
+    grid_thw: IntMatrix = Field(..., description="[N, 3] (t, h, w) patch grids of the images/videos, in order.")
+    spatial_merge_size: int | None = Field(None, ge=1, description="Default: the config's, else 2.")
+    head_dim: int | None = Field(None, ge=4, description="Vision head size; default: from the config.")
+    theta: float = Field(10_000.0, gt=0)
+    preset: str | None = None
+    config: dict[str, Any] | None = None
+
+    def resolve(self) -> tuple[int, int]:
+        """``(spatial_merge_size, head_dim)``: explicit fields win over the vision_config."""
+        config = self.config if self.config is not None else (preset_config(self.preset) if self.preset else {})
+        vision = config.get("vision_config") or {}
+        merge = self.spatial_merge_size or vision.get("spatial_merge_size") or 2
+        head_dim = self.head_dim or _vision_head_dim(vision)
+        if head_dim is None:
+            raise InvalidInput(
+                "give head_dim, or a config whose vision_config has hidden_size and num_heads", field="head_dim"
+            )
+        return merge, head_dim
+
+
+def _vision_head_dim(vision: dict[str, Any]) -> int | None:
+    hidden = vision.get("hidden_size") or vision.get("embed_dim")
+    heads = vision.get("num_heads")
+    return hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 else None
+
+
+@router.post(
+    "/v1/vision/rope",
+    summary="Vision-tower 2-D rotary: (h, w) ids ordered by merge blocks, repeated per frame, and cos/sin",
+    responses={**TENSOR_RESPONSES, **ERRORS},
+    response_class=Response,
+)
+def vision_rope(body: VisionRopeRequest, request: Request, runtime: RuntimeDep) -> Response:
+    merge, head_dim = body.resolve()
+    hw_ids = vision_position_ids(body.grid_thw, merge, max_tokens=runtime.settings.max_positions)
+    check_limit(2 * hw_ids.shape[0] * head_dim, runtime.settings.max_table_elements, "table elements", "grid_thw")
+    cos, sin = vision_cos_sin(hw_ids, head_dim, body.theta)
+    meta = {"spatial_merge_size": merge, "head_dim": head_dim, "theta": body.theta, "tokens": hw_ids.shape[0]}
+    tensors = {"hw_ids": hw_ids, "cos": cos, "sin": sin}
+    return tensor_response(request, tensors, meta, runtime.settings.json_response_max_elements)

@@ -1,0 +1,150 @@
+"""Position endpoints: wiring to the position engine, transformers parity over HTTP, errors naming the input."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from safetensors.torch import load
+
+from ropeserve.api import create_app
+from ropeserve.config import normalize_config, preset_config
+from ropeserve.rope import mrope_cos_sin, vision_cos_sin
+from ropeserve.settings import Settings
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "positions"))
+from positions_oracle import hf_get_rope_index, render_tokens  # noqa: E402
+
+ROWS = [
+    [{"text": 3}, {"image": [1, 4, 6]}, {"text": 2}, {"video": [4, 4, 8], "second_per_grid_t": 0.5}, {"text": 4}],
+    [{"text": 5}, {"video": [2, 6, 4], "second_per_grid_t": 1.25}, {"text": 0}, {"image": [1, 2, 2]}, {"text": 1}],
+]
+SAFETENSORS = {"accept": "application/x-safetensors"}
+
+
+@pytest.fixture(scope="module")
+def client() -> TestClient:
+    with TestClient(create_app(Settings(access_log=False, max_positions=10_000))) as test_client:
+        yield test_client
+
+
+def post(client: TestClient, path: str, body: dict, status: int = 200) -> dict:
+    response = client.post(path, json=body)
+    assert response.status_code == status, response.text
+    return response.json()
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl"])
+def test_segment_form_equals_transformers_get_rope_index(client: TestClient, family: str) -> None:
+    body = post(client, "/v1/mrope/positions", {"family": family, "rows": ROWS, "padding_side": "left"})
+    batch = render_tokens(ROWS, family, 2, left=True)
+    expected_ids, expected_deltas = hf_get_rope_index(family, input_ids=batch.input_ids, **batch.kwargs())
+    assert torch.equal(torch.tensor(body["position_ids"]), expected_ids)
+    assert torch.equal(torch.tensor(body["mrope_position_deltas"]), expected_deltas)
+
+
+def test_token_form_equals_segment_form_and_safetensors_equals_json(client: TestClient) -> None:
+    batch = render_tokens(ROWS, "qwen2_5_vl", 2, left=True)
+    token_body = {
+        "preset": "qwen2.5-vl-7b",
+        "input_ids": batch.input_ids.tolist(),
+        "attention_mask": batch.attention_mask.tolist(),
+        "image_grid_thw": batch.image_grid_thw.tolist(),
+        "video_grid_thw": batch.video_grid_thw.tolist(),
+        "second_per_grid_ts": batch.second_per_grid_ts.tolist(),
+    }
+    from_tokens = post(client, "/v1/mrope/positions", token_body)
+    from_segments = post(
+        client, "/v1/mrope/positions", {"preset": "qwen2.5-vl-7b", "rows": ROWS, "padding_side": "left"}
+    )
+    assert from_tokens["position_ids"] == from_segments["position_ids"]
+    binary = load(client.post("/v1/mrope/positions", json=token_body, headers=SAFETENSORS).content)
+    assert binary["position_ids"].tolist() == from_tokens["position_ids"]
+
+
+def test_compat_choices_differ_only_after_a_video(client: TestClient) -> None:
+    rows = [[{"text": 1}, {"video": [4, 4, 4]}, {"text": 3}]]
+    v5 = post(client, "/v1/mrope/positions", {"family": "qwen2_vl", "rows": rows, "compat": "transformers5"})
+    v4 = post(client, "/v1/mrope/positions", {"family": "qwen2_vl", "rows": rows, "compat": "transformers4"})
+    assert v5["position_ids"][0][0][-3:] == [3, 4, 5]  # start + max(h, w)/merge (spec §5.3 example C)
+    assert v4["position_ids"][0][0][-3:] == [5, 6, 7]  # max position + 1
+    assert v5["position_ids"][0][0][:-3] == v4["position_ids"][0][0][:-3]
+
+
+def test_decode_continues_the_prefill_and_chunks_slice_it(client: TestClient) -> None:
+    prefill = post(
+        client,
+        "/v1/mrope/positions",
+        {"family": "qwen2_vl", "rows": [[{"text": 3}, {"image": [1, 4, 6]}, {"text": 2}]]},
+    )
+    delta, length = prefill["mrope_position_deltas"][0][0], len(prefill["position_ids"][0][0])
+    decode = post(
+        client,
+        "/v1/mrope/decode-positions",
+        {"mrope_position_deltas": [delta], "cache_lengths": [length], "num_new": 2},
+    )
+    last = prefill["position_ids"][0][0][-1]
+    assert decode["position_ids"] == [[[last + 1, last + 2]]] * 3
+    chunk = post(
+        client,
+        "/v1/mrope/positions",
+        {
+            "family": "qwen2_vl",
+            "rows": [[{"text": 3}, {"image": [1, 4, 6]}, {"text": 2}]],
+            "context_len": 4,
+            "seq_len": 9,
+        },
+    )
+    assert chunk["position_ids"] == [[axis[0][4:9]] for axis in prefill["position_ids"]]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"family": "qwen2_vl", "rows": [[{"image": [1, 4, 5]}]]}, "rows[0].segments[0]"),
+        ({"family": "qwen2_vl", "rows": [[{"text": 2}], [{"text": 1}, {"movie": [1, 2, 2]}]]}, "rows[1].segments[1]"),
+        ({"family": "nope", "rows": [[{"text": 2}]]}, "family"),
+        ({"rows": [[{"text": 2}]]}, "family"),
+        ({"family": "qwen2_vl", "mm_token_type_ids": [[0, 1, 1, 0]], "image_grid_thw": [[1, 4, 4]]}, None),
+    ],
+)
+def test_inconsistent_input_is_422_naming_row_and_segment(client: TestClient, body: dict, field: str | None) -> None:
+    problem = post(client, "/v1/mrope/positions", body, status=422)
+    if field is not None:
+        assert problem["field"] == field
+    assert problem["detail"]
+
+
+def test_one_dimensional_modes(client: TestClient) -> None:
+    padded = post(client, "/v1/positions", {"attention_mask": [[0, 0, 1, 1], [1, 1, 1, 0]], "past_lengths": [2, 0]})
+    assert padded["positions"] == [[0, 0, 2, 3], [0, 1, 2, 0]]
+    packed = post(client, "/v1/positions", {"cu_seqlens": [0, 3, 5]})
+    assert packed["positions"] == [0, 1, 2, 0, 1]
+    decode = post(client, "/v1/positions", {"cache_lengths": [4], "num_new": 3})
+    assert decode["positions"] == [[4, 5, 6]]
+    post(client, "/v1/positions", {"cache_lengths": [4], "segment_lengths": [2]}, status=422)
+    assert post(client, "/v1/positions", {"cache_lengths": [1], "num_new": 20_000}, status=422)["field"] == "num_new"
+
+
+def test_mrope_cos_sin_matches_the_library(client: TestClient) -> None:
+    ids = [[0, 1, 2, 3, 3], [0, 1, 2, 3, 4], [0, 1, 2, 4, 3]]
+    body = post(client, "/v1/mrope/cos-sin", {"preset": "qwen3-vl-8b", "position_ids": ids, "dtype": "bfloat16"})
+    params = normalize_config(preset_config("qwen3-vl-8b")).params()
+    expected = mrope_cos_sin(params, torch.tensor(ids), dtype=torch.bfloat16)
+    assert torch.equal(torch.tensor(body["cos"], dtype=torch.bfloat16), expected.cos)
+    assert body["mrope_layout"] == "interleaved" and body["max_abs_error"] > 0
+    assert (
+        post(client, "/v1/mrope/cos-sin", {"preset": "llama-3.1-8b", "position_ids": ids}, status=422)["field"]
+        == "rope"
+    )
+
+
+def test_vision_rope_reads_the_head_size_from_the_preset(client: TestClient) -> None:
+    body = post(client, "/v1/vision/rope", {"preset": "qwen2.5-vl-7b", "grid_thw": [[2, 4, 6]]})
+    assert body["head_dim"] == 1280 // 16 and body["tokens"] == 48
+    cos, _ = vision_cos_sin(torch.tensor(body["hw_ids"]), 80)
+    assert torch.equal(torch.tensor(body["cos"]), cos)
+    assert post(client, "/v1/vision/rope", {"grid_thw": [[1, 4, 4]]}, status=422)["field"] == "head_dim"
