@@ -280,9 +280,16 @@ def test_resample_result_limit_is_checked_before_interpolating(client: TestClien
     assert_problem(post_resample(client, body), 422, "target_grid", "limit-exceeded")
 
 
-@pytest.mark.parametrize("body", [b"not safetensors", b"\xff" * 8 + b"{}", resample_body(torch.randn(4, 2), None)[:-3]])
-def test_resample_malformed_body(client: TestClient, body: bytes) -> None:
-    assert_problem(post_resample(client, body), 400, "body", "malformed-payload")
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (b"not safetensors", "body"),
+        (b"\xff" * 8 + b"{}", "body"),
+        (resample_body(torch.randn(4, 2), None)[:-3], "table"),  # truncated: the tensor whose bytes are missing
+    ],
+)
+def test_resample_malformed_body(client: TestClient, body: bytes, field: str) -> None:
+    assert_problem(post_resample(client, body), 400, field, "malformed-payload")
 
 
 def test_resample_malformed_parameters(client: TestClient) -> None:
@@ -300,7 +307,7 @@ def test_resample_needs_safetensors_content_type(client: TestClient) -> None:
 def test_resample_input_limits() -> None:
     with make_client(max_body_bytes=4096, max_tensor_elements=100) as limited:
         small = resample_body(torch.randn(16, 8), {"source_grid": [4, 4], "target_grid": [2, 2]})
-        assert_problem(post_resample(limited, small), 422, "body", "limit-exceeded")
+        assert_problem(post_resample(limited, small), 422, "table", "limit-exceeded")
         large = resample_body(torch.randn(1024, 8), {"source_grid": [1024], "target_grid": [2]})
         assert_problem(post_resample(limited, large), 413, "body", "payload-too-large")
 

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from ropeserve import __version__
-from ropeserve.api import routes_encodings, routes_health, routes_lint, routes_positions, routes_rope
+from ropeserve.api import routes_encodings, routes_health, routes_lint, routes_positions, routes_rope, routes_rotation
 from ropeserve.api.middleware import ServiceMiddleware, configure_access_log
 from ropeserve.api.problems import declare_common_problems, install_problem_handlers
 from ropeserve.api.runtime import Runtime
@@ -74,6 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     runtime = Runtime.create(settings)
     app = FastAPI(title="ropeserve", version=__version__, description=DESCRIPTION, lifespan=lifespan)
     app.state.runtime = runtime
+    routes_rotation.install(app)
     runtime.metrics.build_info.labels(
         version=__version__, device=str(runtime.device), kernel=str(runtime.extensions.get("kernel", "native"))
     ).set(1)

@@ -1,19 +1,33 @@
-"""Content negotiation for tensor results: JSON (small) or safetensors (``Accept: application/x-safetensors``)."""
+"""Tensor bodies in and out: safetensors requests (415/413/400/422 guards via the serving codec) and results as
+JSON (small) or safetensors (``Accept: application/x-safetensors``), written without joining tensor bytes."""
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
-from safetensors.torch import save
+from starlette.types import Receive, Scope, Send
 
-from ropeserve.errors import InvalidInput, NotAcceptable
+from ropeserve.errors import InvalidInput, NotAcceptable, UnsupportedMediaType
+from ropeserve.serving.codec import (
+    ALLOWED_DTYPES,
+    METADATA_KEY,
+    EncodedSafetensors,
+    SafetensorsPayload,
+    decode_safetensors,
+    encode_safetensors,
+    read_body,
+)
+from ropeserve.settings import Settings
 
 SAFETENSORS_MEDIA_TYPES = ("application/x-safetensors", "application/octet-stream")
-METADATA_KEY = "ropeserve"
+SEND_CHUNK_BYTES = 1 << 20
+"""Largest slice handed to the server per send, so a big tensor is never copied whole into its write buffer."""
 
 TENSOR_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
@@ -27,19 +41,79 @@ TENSOR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def wants_safetensors(request: Request) -> bool:
+class SafetensorsResponse(Response):
+    """Sends an ``EncodedSafetensors`` chunk by chunk: header, then views of the tensors' bytes."""
+
+    media_type = SAFETENSORS_MEDIA_TYPES[0]
+
+    def __init__(self, encoded: EncodedSafetensors, headers: Mapping[str, str] | None = None) -> None:
+        self.encoded = encoded
+        super().__init__(headers={**(headers or {}), "content-length": str(encoded.length)})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        for chunk in self.encoded.chunks:
+            for start in range(0, len(chunk), SEND_CHUNK_BYTES):
+                piece = chunk[start : start + SEND_CHUNK_BYTES]
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def read_safetensors_request(
+    request: Request,
+    settings: Settings,
+    *,
+    required: Iterable[str],
+    optional: Iterable[str] = (),
+    allowed_dtypes: frozenset[str] = ALLOWED_DTYPES,
+    timings: dict[str, float] | None = None,
+) -> SafetensorsPayload:
+    """The request's safetensors body, decoded with every guard before any tensor is built.
+
+    415 for another content type, 413 past ``max_body_bytes`` (before reading when Content-Length says so),
+    400 for malformed bytes, 422 naming the tensor for dtype/shape/limit/presence problems. ``timings`` (if given)
+    receives ``read_s`` and ``decode_s``.
+    """
+    media_type = request.headers.get("content-type", "").split(";")[0].strip()
+    if media_type not in SAFETENSORS_MEDIA_TYPES:
+        raise UnsupportedMediaType(
+            f"send a safetensors body as application/x-safetensors (got {media_type or 'no content type'!r})",
+            field="content-type",
+        )
+    started = time.perf_counter()
+    body = await read_body(request, settings.max_body_bytes)
+    read_done = time.perf_counter()
+    payload = decode_safetensors(
+        body,
+        max_elements=settings.max_tensor_elements,
+        required=tuple(required),
+        optional=tuple(optional),
+        allowed_dtypes=allowed_dtypes,
+    )
+    if timings is not None:
+        timings.update(read_s=read_done - started, decode_s=time.perf_counter() - read_done)
+    return payload
+
+
+def wants_safetensors(request: Request, binary_default: bool = False) -> bool:
+    """Safetensors when Accept names it; with ``binary_default`` also unless Accept asks for JSON only."""
     accept = request.headers.get("accept", "")
-    return any(media in accept for media in SAFETENSORS_MEDIA_TYPES)
+    if any(media in accept for media in SAFETENSORS_MEDIA_TYPES):
+        return True
+    return binary_default and "application/json" not in accept
 
 
 def tensor_response(
-    request: Request, tensors: dict[str, torch.Tensor], meta: dict[str, Any], json_max_elements: int
+    request: Request,
+    tensors: dict[str, torch.Tensor],
+    meta: dict[str, Any],
+    json_max_elements: int,
+    *,
+    binary_default: bool = False,
 ) -> Response:
     """``meta`` plus ``tensors``: safetensors if asked for, else JSON (406 above ``json_max_elements``)."""
-    if wants_safetensors(request):
-        contiguous = {name: t.detach().contiguous().cpu() for name, t in tensors.items()}
-        body = save(contiguous, metadata={METADATA_KEY: json.dumps(meta)})
-        return Response(body, media_type="application/x-safetensors")
+    if wants_safetensors(request, binary_default):
+        return SafetensorsResponse(encode_safetensors(tensors, {METADATA_KEY: json.dumps(meta)}))
     elements = sum(t.numel() for t in tensors.values())
     if elements > json_max_elements:
         raise NotAcceptable(

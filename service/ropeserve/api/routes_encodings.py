@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -17,12 +16,10 @@ from typing import Annotated, Any, Literal
 import torch
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from pydantic import Field, ValidationError, model_validator
-from safetensors import SafetensorError
-from safetensors.torch import load, save
+from pydantic import Field, model_validator
 from starlette.concurrency import run_in_threadpool
 
-from ropeserve.api.negotiation import METADATA_KEY, SAFETENSORS_MEDIA_TYPES, TENSOR_RESPONSES, tensor_response
+from ropeserve.api.negotiation import TENSOR_RESPONSES, read_safetensors_request, tensor_response
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.runtime import Runtime, RuntimeDep
 from ropeserve.api.schemas import DTYPES, DtypeName, PositionRange, StrictModel, positions_tensor
@@ -41,8 +38,8 @@ from ropeserve.encodings import (
     sinusoidal_table,
     t5_relative_buckets,
 )
-from ropeserve.errors import InvalidInput, MalformedPayload, UnsupportedMediaType, check_limit
-from ropeserve.settings import Settings
+from ropeserve.errors import InvalidInput, check_limit
+from ropeserve.serving.codec import METADATA_KEY
 
 router = APIRouter(tags=["position encodings"])
 MAX_POSITION = 2**40
@@ -270,58 +267,6 @@ def sincos_2d(body: SinCos2dRequest, request: Request, runtime: RuntimeDep) -> R
     return respond(request, runtime, {"table": table}, body.model_dump())
 
 
-# --- safetensors I/O: stand-in until the shared codec (ropeserve.serving.codec) lands ------------------------------
-
-TABLE_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
-MAX_HEADER_BYTES = 1 << 20
-
-
-def _header(body: bytes) -> dict[str, Any]:
-    if len(body) < 8:
-        raise MalformedPayload("a safetensors body starts with an 8-byte header length", field="body")
-    (length,) = struct.unpack("<Q", body[:8])
-    if length > min(MAX_HEADER_BYTES, len(body) - 8):
-        raise MalformedPayload(f"safetensors header length {length} is out of range", field="body")
-    try:
-        header = json.loads(body[8 : 8 + length])
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise MalformedPayload(f"safetensors header is not JSON: {error}", field="body") from error
-    if not isinstance(header, dict):
-        raise MalformedPayload("safetensors header must be a JSON object", field="body")
-    return header
-
-
-def _check_entries(header: dict[str, Any], max_elements: int) -> None:
-    total = 0
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        shape = entry.get("shape") if isinstance(entry, dict) else None
-        if not isinstance(shape, list) or not all(isinstance(size, int) and size >= 0 for size in shape):
-            raise MalformedPayload(f"tensor {name!r} has no valid shape", field=name)
-        if entry.get("dtype") not in TABLE_DTYPES:
-            raise InvalidInput(f"tensor {name!r}: dtype {entry.get('dtype')} not in {sorted(TABLE_DTYPES)}", field=name)
-        total += math.prod(shape)
-    check_limit(total, max_elements, "tensor elements", "body")
-
-
-def parse_safetensors(body: bytes, settings: Settings) -> tuple[dict[str, torch.Tensor], dict[str, str] | None]:
-    """``(tensors, __metadata__)`` of a safetensors body; sizes and dtypes are checked before tensors are built."""
-    header = _header(body)
-    _check_entries(header, settings.max_tensor_elements)
-    try:
-        tensors = load(body)
-    except SafetensorError as error:
-        raise MalformedPayload(f"invalid safetensors body: {error}", field="body") from error
-    metadata = header.get("__metadata__")
-    return tensors, metadata if isinstance(metadata, dict) else None
-
-
-def safetensors_response(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> Response:
-    contiguous = {name: tensor.detach().contiguous().cpu() for name, tensor in tensors.items()}
-    return Response(save(contiguous, metadata={METADATA_KEY: json.dumps(meta)}), media_type=SAFETENSORS_MEDIA_TYPES[0])
-
-
 # --- /v1/pe/resample -----------------------------------------------------------------------------------------------
 
 
@@ -348,35 +293,7 @@ RESAMPLE_REQUEST_BODY: dict[str, Any] = {
 }
 
 
-def resample_params(metadata: dict[str, str] | None) -> ResampleParams:
-    """The request's parameters; 400 for unparsable JSON, 422 naming the offending key otherwise."""
-    field = f"__metadata__.{METADATA_KEY}"
-    raw = (metadata or {}).get(METADATA_KEY)
-    if raw is None:
-        raise InvalidInput(f"the parameters go under {field} as a JSON string", field=field)
-    try:
-        return ResampleParams.model_validate_json(raw)
-    except ValidationError as error:
-        first = error.errors()[0]
-        if first["type"] == "json_invalid":
-            raise MalformedPayload(f"{field} is not valid JSON: {first['msg']}", field=field) from error
-        name = ".".join(str(part) for part in first["loc"]) or field
-        raise InvalidInput(f"{name}: {first['msg']}", field=name) from error
-
-
-def the_table(tensors: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The one tensor a resample request carries, named ``table``."""
-    extra = sorted(set(tensors) - {"table"})
-    if extra:
-        raise InvalidInput(f"unexpected tensors {extra}; send only 'table'", field=extra[0])
-    if "table" not in tensors:
-        raise InvalidInput("the safetensors body has no tensor named 'table'", field="table")
-    return tensors["table"]
-
-
-def wants_json(request: Request) -> bool:
-    accept = request.headers.get("accept", "")
-    return "application/json" in accept and not any(media in accept for media in SAFETENSORS_MEDIA_TYPES)
+TABLE_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
 
 
 @router.post(
@@ -393,15 +310,9 @@ def wants_json(request: Request) -> bool:
 )
 async def resample(request: Request, runtime: RuntimeDep) -> Response:
     settings = runtime.settings
-    media_type = request.headers.get("content-type", "").split(";")[0].strip()
-    if media_type not in SAFETENSORS_MEDIA_TYPES:
-        raise UnsupportedMediaType(
-            f"send the table as application/x-safetensors (got {media_type or 'no content type'!r})",
-            field="content-type",
-        )
-    tensors, metadata = parse_safetensors(await request.body(), settings)
-    params = resample_params(metadata)
-    table = the_table(tensors)
+    payload = await read_safetensors_request(request, settings, required=("table",), allowed_dtypes=TABLE_DTYPES)
+    params = payload.params(ResampleParams)
+    table = payload.tensors["table"]
     result_elements = (params.prefix_rows + math.prod(params.target_grid)) * (table.shape[-1] if table.dim() else 1)
     check_limit(result_elements, settings.max_table_elements, "result elements", "target_grid")
     result = await run_in_threadpool(
@@ -415,6 +326,4 @@ async def resample(request: Request, runtime: RuntimeDep) -> Response:
         align_corners=params.align_corners,
     )
     meta = params.model_dump() | {"dtype": str(table.dtype).removeprefix("torch."), "shape": list(result.shape)}
-    if wants_json(request):
-        return respond(request, runtime, {"table": result}, meta)
-    return safetensors_response({"table": result}, meta)
+    return tensor_response(request, {"table": result}, meta, settings.json_response_max_elements, binary_default=True)

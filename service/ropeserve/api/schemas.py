@@ -9,12 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ropeserve.config import RopeParams, from_explicit, normalize_config, preset_config
 from ropeserve.errors import InvalidInput, check_limit
+from ropeserve.rope.tables import MAX_POSITION
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DtypeName = Literal["float32", "bfloat16", "float16"]
 PairingName = Literal["neox", "gptj"]
-MAX_POSITION = 2**31 - 1
-"""Largest position accepted (int32 range; float32 angles are inexact far below it anyway)."""
 Position = Annotated[int, Field(ge=0, le=MAX_POSITION)]
 
 

@@ -47,7 +47,7 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing: Pairi
     return torch.cat((x_rot * cos + ROTATIONS[pairing](x_rot) * sin, x_pass), dim=-1)
 
 
-def _token_major(x: torch.Tensor, layout: Layout, head_dim: int, name: str) -> torch.Tensor:
+def token_major(x: torch.Tensor, layout: Layout, head_dim: int, name: str) -> torch.Tensor:
     """View ``x`` as [batch, tokens, heads, head_dim] (flat: batch 1)."""
     if layout == "flat":
         if x.dim() != 2 or x.shape[-1] % head_dim:
@@ -65,7 +65,7 @@ def _token_major(x: torch.Tensor, layout: Layout, head_dim: int, name: str) -> t
     return x.transpose(1, 2) if layout == "bhtd" else x
 
 
-def _from_token_major(x: torch.Tensor, layout: Layout, like: torch.Tensor) -> torch.Tensor:
+def from_token_major(x: torch.Tensor, layout: Layout, like: torch.Tensor) -> torch.Tensor:
     if layout == "flat":
         return x.reshape(like.shape)
     return x.transpose(1, 2) if layout == "bhtd" else x
@@ -94,7 +94,7 @@ def apply_rotary(
             f"got {list(cos.shape)} and {list(sin.shape)}",
             field="cos",
         )
-    q_tokens = _token_major(q, layout, head_dim, "q")
+    q_tokens = token_major(q, layout, head_dim, "q")
     batch, tokens = q_tokens.shape[:2]
     if cos.dim() not in (2, 3) or cos.shape[-2] != tokens:
         raise InvalidInput(
@@ -105,12 +105,12 @@ def apply_rotary(
     if per_token.shape[0] not in (1, batch):
         raise InvalidInput(f"cos batch {per_token.shape[0]} does not match q batch {batch}", field="cos")
     cos4, sin4 = per_token[:, :, None, :], per_token_sin[:, :, None, :]
-    q_out = _from_token_major(rotate(q_tokens, cos4, sin4, pairing), layout, q)
+    q_out = from_token_major(rotate(q_tokens, cos4, sin4, pairing), layout, q)
     if k is None:
         return q_out, None
-    k_tokens = _token_major(k, layout, head_dim, "k")
+    k_tokens = token_major(k, layout, head_dim, "k")
     if k_tokens.shape[:2] != q_tokens.shape[:2]:
         raise InvalidInput(
             f"k has batch/tokens {list(k_tokens.shape[:2])}, q has {list(q_tokens.shape[:2])}", field="k"
         )
-    return q_out, _from_token_major(rotate(k_tokens, cos4, sin4, pairing), layout, k)
+    return q_out, from_token_major(rotate(k_tokens, cos4, sin4, pairing), layout, k)

@@ -20,7 +20,11 @@ from ropeserve.rope.registry import compute_inv_freq
 Pairing = Literal["neox", "gptj"]
 PAIRINGS: tuple[Pairing, ...] = ("neox", "gptj")
 TABLE_ROW_CAP = 1 << 18
-"""Positions at or beyond this many rows are computed directly instead of through the cached table."""
+TABLE_BYTE_CAP = 64 * 2**20
+"""A cached table holds at most TABLE_ROW_CAP rows and TABLE_BYTE_CAP bytes (cos + sin); positions beyond
+its ``row_cap`` are computed directly instead of through the table (same values, no caching)."""
+MAX_POSITION = 2**31 - 1
+"""Largest position the service accepts (int32 range; float32 angles are inexact far below it anyway)."""
 
 
 def effective_length(params: RopeParams, max_position: int, seq_len_cached: int | None = None) -> int | None:
@@ -80,18 +84,26 @@ class RopeTable:
         angles = self.half_angles(positions)
         return angles.cos() * self.attention_factor, angles.sin() * self.attention_factor
 
+    @property
+    def row_cap(self) -> int:
+        """Most rows this table may grow to: TABLE_ROW_CAP, fewer for wide heads (TABLE_BYTE_CAP)."""
+        return min(TABLE_ROW_CAP, TABLE_BYTE_CAP // (8 * max(self.inv_freq.numel(), 1)))
+
+    def ensure_rows(self, max_position: int) -> bool:
+        """Grow the cached rows (to a power of two) to cover ``max_position``; False when beyond ``row_cap``."""
+        if max_position >= self.row_cap:
+            return False
+        if max_position >= self.rows[0].shape[0]:
+            count = min(self.row_cap, 1 << max(max_position, 1).bit_length())
+            self.rows = self.compute_half(torch.arange(count, device=self.inv_freq.device))
+        return True
+
     def gather_half(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Scaled cos/sin for non-negative ``positions`` via the cached table (grown as needed)."""
+        """Scaled cos/sin for ``positions`` via the cached table (grown as needed), else computed directly."""
         positions = positions.to(self.inv_freq.device)
-        if positions.numel() == 0:
-            return self.compute_half(positions)
-        top = int(positions.max())
-        if int(positions.min()) < 0 or top >= TABLE_ROW_CAP:
+        if positions.numel() == 0 or int(positions.min()) < 0 or not self.ensure_rows(int(positions.max())):
             return self.compute_half(positions)
         cos_rows, sin_rows = self.rows
-        if top >= cos_rows.shape[0]:
-            count = min(TABLE_ROW_CAP, 1 << max(top, 1).bit_length())
-            self.rows = cos_rows, sin_rows = self.compute_half(torch.arange(count, device=self.inv_freq.device))
         return cos_rows[positions], sin_rows[positions]
 
 

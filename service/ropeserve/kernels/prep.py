@@ -1,0 +1,97 @@
+"""Validation and cos/sin lookup shared by every kernel (one place, so kernels differ only in the math)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ropeserve.errors import InvalidInput
+from ropeserve.kernels.spec import MropeSpec, RotationSpec
+from ropeserve.rope.apply import from_token_major, token_major
+from ropeserve.rope.tables import RopeTable
+
+FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+__all__ = [
+    "RotationInputs",
+    "from_token_major",
+    "half_cos_sin",
+    "position_grid",
+    "prepare",
+    "rotary_dim_of",
+    "token_major",
+]
+
+
+@dataclass(frozen=True)
+class RotationInputs:
+    """Validated token-major views of one rotation call.
+
+    q4: [B, T, Hq, D] and k4: [B, T, Hk, D] (views of q and k); positions: [A, B, T] int64, where A is 3
+    for M-RoPE and 1 otherwise (a broadcast view when the request gave one row for all of B).
+    """
+
+    q4: torch.Tensor
+    k4: torch.Tensor | None
+    positions: torch.Tensor
+    rotary_dim: int
+
+
+def rotary_dim_of(table: RopeTable) -> int:
+    """Channels the table rotates: twice its frequency count."""
+    return 2 * table.inv_freq.numel()
+
+
+def prepare(
+    q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, table: RopeTable, spec: RotationSpec
+) -> RotationInputs:
+    """Check shapes, dtypes and widths; InvalidInput names the tensor at fault."""
+    q4 = token_major(q, spec.layout, spec.head_dim, "q")
+    _check_float(q, "q")
+    k4 = None
+    if k is not None:
+        k4 = token_major(k, spec.layout, spec.head_dim, "k")
+        if k.dtype != q.dtype:
+            raise InvalidInput(f"k has dtype {k.dtype}, q has {q.dtype}", field="k")
+        if k4.shape[:2] != q4.shape[:2]:
+            raise InvalidInput(f"k has batch/tokens {list(k4.shape[:2])}, q has {list(q4.shape[:2])}", field="k")
+    rotary_dim = rotary_dim_of(table)
+    if rotary_dim > spec.head_dim:
+        raise InvalidInput(f"rotary dim {rotary_dim} exceeds head_dim {spec.head_dim}", field="rotary_dim")
+    grid = position_grid(positions, q4.shape[0], q4.shape[1], spec.mrope is not None)
+    return RotationInputs(q4, k4, grid.to(q.device), rotary_dim)
+
+
+def _check_float(x: torch.Tensor, name: str) -> None:
+    if x.dtype not in FLOAT_DTYPES:
+        raise InvalidInput(f"{name} must be float32, bfloat16 or float16, got {x.dtype}", field=name)
+
+
+def position_grid(positions: torch.Tensor, batch: int, tokens: int, mrope: bool) -> torch.Tensor:
+    """Positions as [A, B, T] int64: [T] or [B, T] (A=1), or [3, T] or [3, B, T] with ``mrope``."""
+    rows = 3 if mrope else 1
+    expected = "[3, T] or [3, B, T]" if mrope else "[T] or [B, T]"
+    if positions.dtype.is_floating_point or positions.dtype.is_complex or positions.dtype == torch.bool:
+        raise InvalidInput(f"positions must be integers, got {positions.dtype}", field="positions")
+    grid = positions if mrope else positions[None]
+    if grid.dim() == 2:
+        grid = grid[:, None]
+    if grid.dim() != 3 or grid.shape[0] != rows or grid.shape[2] != tokens or grid.shape[1] not in (1, batch):
+        raise InvalidInput(
+            f"positions must be {expected} with T={tokens} and B={batch}, got {list(positions.shape)}",
+            field="positions",
+        )
+    return grid.to(torch.int64).expand(rows, batch, tokens)
+
+
+def half_cos_sin(table: RopeTable, grid: torch.Tensor, mrope: MropeSpec | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled float32 cos/sin per token: [B, T, n_freq] for ``grid`` [A, B, T].
+
+    M-RoPE takes slot ``i`` from the position row ``mrope.slot_axes[i]`` (T, H or W).
+    """
+    cos, sin = table.gather_half(grid)
+    if mrope is None:
+        return cos[0], sin[0]
+    slots = cos.shape[-1]
+    pick = mrope.slot_axes(slots).to(cos.device).expand(1, *cos.shape[1:])
+    return cos.gather(0, pick)[0], sin.gather(0, pick)[0]

@@ -1,0 +1,109 @@
+"""Registry of rotation kernels and their selection by device.
+
+Kernels load lazily (``module:function``), so importing the registry never imports Triton: the Triton
+module must see ``TRITON_INTERPRET`` at import time, and Triton is optional on CPU hosts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from functools import cache
+
+import torch
+
+from ropeserve.kernels.spec import RotateFn, RotationSpec
+from ropeserve.rope.tables import RopeTable
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """A registered kernel: where it lives, which device types it serves, which modules it needs."""
+
+    name: str
+    target: str
+    devices: frozenset[str]
+    requires: tuple[str, ...] = ()
+    description: str = ""
+
+    def available(self, device: torch.device) -> bool:
+        """Whether this kernel can serve ``device`` here (device type supported, modules installed)."""
+        if device.type not in self.devices:
+            return False
+        if device.type == "cuda" and not torch.cuda.is_available():
+            return False
+        return all(importlib.util.find_spec(module) is not None for module in self.requires)
+
+
+KERNELS: dict[str, KernelInfo] = {}
+
+
+def register_kernel(info: KernelInfo) -> KernelInfo:
+    """Add ``info`` to the registry under its name."""
+    KERNELS[info.name] = info
+    return info
+
+
+register_kernel(
+    KernelInfo(
+        "native",
+        "ropeserve.kernels.native:rotate_native",
+        frozenset({"cpu", "cuda"}),
+        description="eager transformers formula (the reference)",
+    )
+)
+register_kernel(
+    KernelInfo(
+        "fused",
+        "ropeserve.kernels.fused:rotate_fused",
+        frozenset({"cpu", "cuda"}),
+        description="chunked in-place torch ops, no full-size temporaries",
+    )
+)
+register_kernel(
+    KernelInfo(
+        "triton",
+        "ropeserve.kernels.triton_rope:rotate_triton",
+        frozenset({"cuda"}),
+        requires=("triton",),
+        description="one Triton launch: cos/sin gather + q and k rotation",
+    )
+)
+
+PREFERENCE: dict[str, tuple[str, ...]] = {"cuda": ("triton", "fused"), "cpu": ("fused",)}
+"""Kernels tried in order per device type; ``native`` serves whatever is left."""
+
+
+def select_kernel(device: torch.device | str) -> str:
+    """Name of the fastest available kernel for ``device``: triton on CUDA when importable, else fused."""
+    device = torch.device(device)
+    for name in PREFERENCE.get(device.type, ()):
+        if KERNELS[name].available(device):
+            return name
+    return "native"
+
+
+@cache
+def get_kernel(name: str) -> RotateFn:
+    """The kernel function registered as ``name`` (imported on first use); KeyError names the known ones."""
+    if name not in KERNELS:
+        raise KeyError(f"unknown kernel {name!r}; known: {sorted(KERNELS)}")
+    module_name, _, attribute = KERNELS[name].target.partition(":")
+    kernel: RotateFn = getattr(importlib.import_module(module_name), attribute)
+    return kernel
+
+
+def rotate_qk(
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    positions: torch.Tensor,
+    table: RopeTable,
+    spec: RotationSpec,
+    *,
+    kernel: str | None = None,
+    inplace: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Rotate q (and k) with ``kernel`` (default: ``select_kernel(q.device)``); see ``RotateFn``."""
+    rotate = get_kernel(kernel or select_kernel(q.device))
+    return rotate(q, k, positions, table, spec, inplace=inplace)

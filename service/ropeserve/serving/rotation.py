@@ -1,0 +1,263 @@
+"""Rotation service: decoded request → rope params → positions → table → kernel → response body.
+
+``RotationService.rotate`` validates everything on the event loop (cheap: views and header checks), submits a
+``RotationJob`` to the batcher, and encodes the rotated tensors. A lone request is rotated in place in its own
+request buffer and answered from it without a copy. Jobs with the same table, dtype, head sizes, pairing and
+M-RoPE layout are concatenated along the token axis (token-major rows ``[N, H·D]``), rotated in place by one
+kernel call in the worker thread, and answered from slices of the batch (views for the token-major layouts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ropeserve.config import RopeParams, from_explicit, validate_params
+from ropeserve.config.normalize import factor_for_rotary_dim
+from ropeserve.errors import InvalidInput, check_limit
+from ropeserve.kernels import MropeSpec, RotationSpec, get_kernel, select_kernel
+from ropeserve.kernels.prep import RotationInputs, from_token_major, prepare, rotary_dim_of
+from ropeserve.rope.apply import Layout
+from ropeserve.rope.tables import MAX_POSITION, Pairing, RopeTable, TableCache, effective_length
+from ropeserve.serving.batcher import Batcher, BatchObserver, DisconnectCheck, Timed
+from ropeserve.serving.codec import METADATA_KEY, EncodedSafetensors, SafetensorsPayload, encode_safetensors
+from ropeserve.settings import Settings
+
+REQUIRED_TENSORS = ("q", "positions")
+OPTIONAL_TENSORS = ("k",)
+"""Largest position accepted (int32 range), as the JSON endpoints."""
+
+
+@dataclass(frozen=True)
+class RotationOptions:
+    """Resolved request parameters.
+
+    ``mrope``: positions carry T/H/W rows (the M-RoPE endpoint). ``dtype``: cast q and k to it before rotating
+    (the answer is in it); None keeps theirs. ``rotary_dim`` overrides the params' rotated width.
+    """
+
+    params: RopeParams
+    pairing: Pairing = "neox"
+    layout: Layout = "bhtd"
+    mrope: bool = False
+    dtype: torch.dtype | None = None
+    rotary_dim: int | None = None
+
+    def resolved_params(self) -> RopeParams:
+        """``params`` with the ``rotary_dim`` override applied and re-validated."""
+        if self.rotary_dim is None or self.rotary_dim == self.params.rotary_dim:
+            return self.params
+        head_dim = self.params.head_dim
+        if not 0 < self.rotary_dim <= head_dim:
+            raise InvalidInput(f"rotary_dim {self.rotary_dim} must be in 1..head_dim ({head_dim})", field="rotary_dim")
+        factor = factor_for_rotary_dim(self.rotary_dim, head_dim)
+        params = dataclasses.replace(self.params, partial_rotary_factor=factor)
+        validate_params(params, {"partial_rotary_factor": "rotary_dim", "mrope_section": "rotary_dim"})
+        return params
+
+
+Rotated = tuple[torch.Tensor, torch.Tensor | None]
+"""A job's rotated (q, k): the job's own tensors, or views into a batch."""
+
+
+@dataclass
+class RotationJob:
+    """One validated request, ready for the kernel: q/k/positions on the compute device, in the asked dtype."""
+
+    q: torch.Tensor
+    k: torch.Tensor | None
+    positions: torch.Tensor
+    inputs: RotationInputs
+    table: RopeTable
+    spec: RotationSpec
+    params: RopeParams
+
+    @property
+    def tokens(self) -> int:
+        return self.inputs.q4.shape[0] * self.inputs.q4.shape[1]
+
+    @property
+    def batch_key(self) -> Hashable:
+        k_heads = None if self.inputs.k4 is None else self.inputs.k4.shape[2]
+        spec = self.spec
+        return (id(self.table), self.q.dtype, spec.head_dim, spec.pairing, spec.mrope, self.inputs.q4.shape[2], k_heads)
+
+
+@dataclass(frozen=True)
+class RotationResult:
+    """The response: body chunks, timing headers, and the metadata written into the body."""
+
+    body: EncodedSafetensors
+    headers: dict[str, str]
+    metadata: dict[str, Any]
+
+
+class RotationService:
+    """Owns the kernel choice and the batcher; ``start``/``stop`` with the app's lifespan."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        device: torch.device,
+        tables: TableCache,
+        *,
+        kernel: str | None = None,
+        observer: BatchObserver | None = None,
+    ) -> None:
+        self.settings, self.device, self.tables = settings, device, tables
+        self.kernel_name = kernel or select_kernel(device)
+        self.rotate_kernel = get_kernel(self.kernel_name)
+        self.batcher: Batcher[RotationJob, Rotated] = Batcher(
+            self.run,
+            max_batch_tokens=settings.batch_max_tokens,
+            max_wait_s=settings.batch_max_wait_us / 1e6,
+            queue_size=settings.batch_queue_size,
+            retry_after_s=settings.retry_after_s,
+            enabled=settings.batching,
+            observer=observer,
+        )
+
+    async def start(self) -> None:
+        await self.batcher.start()
+
+    def warm_up(self) -> None:
+        """Run the kernel once per common dtype (head_dim 128, NeoX, in place) so no request pays a compile."""
+        params = from_explicit({"rope_theta": 10_000.0, "head_dim": 128})
+        table = self.tables.get(params, None, self.device)
+        positions = torch.arange(16, device=self.device)
+        for dtype in (torch.bfloat16, torch.float32):
+            q = torch.zeros(16, 2 * 128, dtype=dtype, device=self.device)
+            k = torch.zeros(16, 128, dtype=dtype, device=self.device)
+            self.rotate_kernel(q, k, positions, table, RotationSpec(128, "flat"), inplace=True)
+
+    async def stop(self) -> None:
+        await self.batcher.stop()
+
+    async def rotate(
+        self,
+        payload: SafetensorsPayload,
+        options: RotationOptions,
+        *,
+        is_disconnected: DisconnectCheck | None = None,
+        started: float | None = None,
+        timings: Mapping[str, float] | None = None,
+    ) -> RotationResult:
+        """Validate, rotate (batched) and encode. ``started``: perf_counter at request start, for ``total_s``;
+        ``timings``: earlier phases (e.g. ``read_s``) to report alongside."""
+        started = time.perf_counter() if started is None else started
+        prepare_start = time.perf_counter()
+        job = self.prepare(payload, options)
+        phases = {**(timings or {}), "prepare_s": time.perf_counter() - prepare_start}
+        timed = await self.batcher.submit(job, is_disconnected)
+        return self.respond(job, timed, phases, started)
+
+    def prepare(self, payload: SafetensorsPayload, options: RotationOptions) -> RotationJob:
+        """All checks before compute; InvalidInput / LimitExceeded name the tensor or parameter."""
+        params = options.resolved_params()
+        tensors = payload.tensors
+        q, k, positions = tensors["q"], tensors.get("k"), tensors["positions"]
+        check_limit(positions.numel(), self.settings.max_positions, "positions", "positions")
+        _check_position_values(positions)
+        mrope = MropeSpec.of(params) if options.mrope else None
+        if options.mrope and mrope is None:
+            raise InvalidInput("M-RoPE needs params with mrope_section (config, preset or rope)", field="mrope_section")
+        spec = RotationSpec(params.head_dim, options.layout, options.pairing, mrope)
+        max_position = int(positions.max()) if positions.numel() else 0
+        table = self.tables.get(params, effective_length(params, max_position), self.device)
+        _check_table_growth(table, max_position, self.settings.max_table_elements)
+        q, k = _on_device(q, options.dtype, self.device), k if k is None else _on_device(k, options.dtype, self.device)
+        positions = positions.to(self.device)
+        inputs = prepare(q, k, positions, table, spec)
+        return RotationJob(q, k, positions, inputs, table, spec, params)
+
+    def run(self, jobs: Sequence[RotationJob]) -> list[Rotated]:
+        """Worker thread: rotate one job in place, or several as one kernel call on their concatenation."""
+        if len(jobs) > 1:
+            return self._run_concatenated(jobs)
+        job = jobs[0]
+        return [self.rotate_kernel(job.q, job.k, job.positions, job.table, job.spec, inplace=True)]
+
+    def _run_concatenated(self, jobs: Sequence[RotationJob]) -> list[Rotated]:
+        """Concatenate token-major rows, rotate them once (flat layout), and hand each job its slice."""
+        first = jobs[0]
+        q_rows = torch.cat([_rows(job.inputs.q4) for job in jobs])
+        k_rows = None if first.k is None else torch.cat([_rows(job.inputs.k4) for job in jobs])
+        positions = torch.cat([job.inputs.positions.flatten(1) for job in jobs], dim=1)
+        flat = dataclasses.replace(first.spec, layout="flat")
+        self.rotate_kernel(
+            q_rows, k_rows, positions if first.spec.mrope else positions[0], first.table, flat, inplace=True
+        )
+        results: list[Rotated] = []
+        offset = 0
+        for job in jobs:
+            rows = slice(offset, offset + job.tokens)
+            q_out = _from_rows(q_rows[rows], job.inputs.q4, job.q, job.spec)
+            k_out = None
+            if k_rows is not None and job.k is not None and job.inputs.k4 is not None:
+                k_out = _from_rows(k_rows[rows], job.inputs.k4, job.k, job.spec)
+            results.append((q_out, k_out))
+            offset += job.tokens
+        return results
+
+    def respond(
+        self, job: RotationJob, timed: Timed[Rotated], phases: Mapping[str, float], started: float
+    ) -> RotationResult:
+        q, k = timed.value
+        mrope = job.spec.mrope
+        tensors = {"q": q} if k is None else {"q": q, "k": k}
+        total = time.perf_counter() - started
+        metadata = {
+            "kernel": self.kernel_name,
+            "device": str(self.device),
+            "rope_type": job.params.rope_type,
+            "head_dim": job.params.head_dim,
+            "rotary_dim": rotary_dim_of(job.table),
+            "attention_factor": job.table.attention_factor,
+            "pairing": job.spec.pairing,
+            "layout": job.spec.layout,
+            "mrope": None if mrope is None else {"section": list(mrope.section), "layout": mrope.layout},
+            "dtype": str(q.dtype).removeprefix("torch."),
+            "batch": {"size": timed.batch_size, "tokens": timed.batch_tokens},
+            "timings": {**phases, "queue_s": timed.queue_s, "compute_s": timed.compute_s, "total_s": total},
+        }
+        headers = {"x-queue-time": f"{timed.queue_s:.6f}", "x-compute-time": f"{timed.compute_s:.6f}"}
+        body = encode_safetensors(tensors, {METADATA_KEY: json.dumps(metadata)})
+        return RotationResult(body, headers, metadata)
+
+
+def _check_position_values(positions: torch.Tensor) -> None:
+    if positions.dtype.is_floating_point:
+        raise InvalidInput(f"positions must be integers, got {positions.dtype}", field="positions")
+    if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) > MAX_POSITION):
+        raise InvalidInput(f"positions must be in 0..{MAX_POSITION}", field="positions")
+
+
+def _check_table_growth(table: RopeTable, max_position: int, limit: int) -> None:
+    """Refuse positions that would grow the shared cos/sin table past ``limit`` elements."""
+    cached_rows = table.rows[0].shape[0]
+    if max_position < cached_rows or max_position >= table.row_cap:
+        return
+    rows = min(table.row_cap, 1 << max(max_position, 1).bit_length())
+    check_limit(2 * rows * table.inv_freq.numel(), limit, "rope table elements (cos+sin rows)", "positions")
+
+
+def _on_device(x: torch.Tensor, dtype: torch.dtype | None, device: torch.device) -> torch.Tensor:
+    """``x`` in the requested dtype on the compute device (itself, a view on the request buffer, when both match)."""
+    return x.to(device=device, dtype=dtype or x.dtype)
+
+
+def _rows(x4: torch.Tensor | None) -> torch.Tensor:
+    """A [B, T, H, D] view as token-major rows [B·T, H·D] (a copy unless already token-major)."""
+    assert x4 is not None
+    return x4.reshape(x4.shape[0] * x4.shape[1], -1)
+
+
+def _from_rows(rows: torch.Tensor, x4: torch.Tensor, like: torch.Tensor, spec: RotationSpec) -> torch.Tensor:
+    """Token-major rows [B·T, H·D] back in the layout of ``like`` (token-major view ``x4``); a view."""
+    return from_token_major(rows.view(x4.shape), spec.layout, like)

@@ -1,0 +1,259 @@
+"""``/v1/rope/apply`` and ``/v1/mrope/apply`` over HTTP: results, headers, problem+json errors, back-pressure."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from typing import Any
+
+import httpx
+import pytest
+import torch
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from safetensors.torch import load, save
+
+from ropeserve.api import create_app, routes_rotation
+from ropeserve.config import normalize_config, preset_config
+from ropeserve.rope import apply_rotary, mrope_cos_sin, rope_cos_sin
+from ropeserve.settings import Settings
+
+SAFETENSORS = {"content-type": "application/x-safetensors"}
+ROPE = {"rope_theta": 10_000.0, "head_dim": 16}
+
+
+def make_app(**settings: Any) -> FastAPI:
+    app = create_app(Settings(**({"access_log": False} | settings)))
+    routes_rotation.install(app)
+    return app
+
+
+@pytest.fixture()
+def client() -> TestClient:
+    with TestClient(make_app(max_body_bytes=1 << 16)) as test_client:
+        yield test_client
+
+
+def body(tensors: dict[str, torch.Tensor], params: dict[str, Any] | None) -> bytes:
+    metadata = None if params is None else {"ropeserve": json.dumps(params)}
+    return save(tensors, metadata=metadata)
+
+
+def problem(response: httpx.Response, status: int, slug: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    document = response.json()
+    assert document["type"].endswith("/" + slug)
+    return document
+
+
+def test_rope_apply_rotates_in_the_same_shape_and_dtype(client: TestClient) -> None:
+    q, k = torch.randn(2, 5, 4, 16).to(torch.bfloat16), torch.randn(2, 5, 1, 16).to(torch.bfloat16)
+    positions = torch.tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]])
+    params = {"rope": ROPE, "layout": "bthd", "pairing": "gptj"}
+    response = client.post(
+        "/v1/rope/apply", content=body({"q": q, "k": k, "positions": positions}, params), headers=SAFETENSORS
+    )
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "application/x-safetensors"
+    assert {"x-queue-time", "x-compute-time", "x-total-time"} <= set(response.headers)
+    answer = load(response.content)
+    cs = rope_cos_sin(
+        normalize_config({"rope_parameters": ROPE, "head_dim": 16}).params(),
+        positions,
+        pairing="gptj",
+        dtype=torch.bfloat16,
+        cache=None,
+    )
+    expected = apply_rotary(q, k, cs.cos, cs.sin, head_dim=16, layout="bthd", pairing="gptj")
+    assert torch.equal(answer["q"], expected[0]) and torch.equal(answer["k"], expected[1])
+
+
+def test_metadata_reports_kernel_and_timings(client: TestClient) -> None:
+    tensors = {"q": torch.randn(6, 32), "positions": torch.arange(6, dtype=torch.int32)}
+    response = client.post(
+        "/v1/rope/apply", content=body(tensors, {"rope": ROPE, "layout": "flat"}), headers=SAFETENSORS
+    )
+    raw = response.content
+    header = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])
+    meta = json.loads(header["__metadata__"]["ropeserve"])
+    assert meta["kernel"] == client.get("/v1/info").json()["kernel"] == "fused"
+    assert {"read_s", "decode_s", "prepare_s", "queue_s", "compute_s", "total_s"} <= set(meta["timings"])
+    assert set(header) == {"__metadata__", "q"}
+
+
+def test_mrope_apply_with_a_preset(client: TestClient) -> None:
+    params = normalize_config(preset_config("qwen2.5-vl-7b")).params()
+    q = torch.randn(1, 2, 5, params.head_dim)
+    positions = torch.tensor([[0, 1, 2, 2, 2], [0, 1, 2, 2, 3], [0, 1, 2, 3, 2]])
+    response = client.post(
+        "/v1/mrope/apply",
+        content=body({"q": q, "positions": positions}, {"preset": "qwen2.5-vl-7b"}),
+        headers=SAFETENSORS,
+    )
+    assert response.status_code == 200, response.text
+    cs = mrope_cos_sin(params, positions, cache=None)
+    assert torch.equal(load(response.content)["q"], apply_rotary(q, None, cs.cos, cs.sin, head_dim=params.head_dim)[0])
+
+
+def test_mrope_endpoint_refuses_a_plain_rope_model(client: TestClient) -> None:
+    tensors = {"q": torch.randn(1, 1, 2, 16), "positions": torch.zeros(3, 2, dtype=torch.int64)}
+    response = client.post("/v1/mrope/apply", content=body(tensors, {"rope": ROPE}), headers=SAFETENSORS)
+    assert problem(response, 422, "invalid-input")["field"] == "mrope_section"
+
+
+def test_wrong_content_type_is_415(client: TestClient) -> None:
+    response = client.post("/v1/rope/apply", content=b"{}", headers={"content-type": "application/json"})
+    problem(response, 415, "unsupported-media-type")
+
+
+def test_oversized_body_is_413_before_it_is_read(client: TestClient) -> None:
+    response = client.post("/v1/rope/apply", content=bytes(1 << 17), headers=SAFETENSORS)
+    problem(response, 413, "payload-too-large")
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "slug", "field"),
+    [
+        (b"\x01\x02", 400, "malformed-payload", "body"),
+        (body({"q": torch.zeros(1, 1, 1, 16)}, {"rope": ROPE}), 422, "invalid-input", "positions"),
+        (
+            body({"q": torch.zeros(1, 1, 1, 16), "positions": torch.zeros(1, dtype=torch.int64)}, None),
+            422,
+            "invalid-input",
+            "__metadata__.ropeserve",
+        ),
+        (
+            body(
+                {"q": torch.zeros(1, 1, 1, 16), "positions": torch.zeros(1, dtype=torch.int64)},
+                {"rope": ROPE, "preset": "qwen3-8b"},
+            ),
+            422,
+            "invalid-input",
+            "__metadata__.ropeserve",
+        ),
+        (
+            body({"q": torch.zeros(1, 1, 1, 8), "positions": torch.zeros(1, dtype=torch.int64)}, {"rope": ROPE}),
+            422,
+            "invalid-input",
+            "q",
+        ),
+        (
+            body(
+                {"q": torch.zeros(1, 1, 1, 16, dtype=torch.float64), "positions": torch.zeros(1, dtype=torch.int64)},
+                {"rope": ROPE},
+            ),
+            422,
+            "invalid-input",
+            "q",
+        ),
+        (
+            body(
+                {"q": torch.zeros(1, 1, 1, 16), "positions": torch.zeros(1, dtype=torch.int64)},
+                {"rope": ROPE, "layout": "hbtd"},
+            ),
+            422,
+            "invalid-input",
+            "layout",
+        ),
+    ],
+    ids=["truncated", "missing positions", "no parameters", "two sources", "head_dim", "float64", "layout"],
+)
+def test_bad_requests_are_problems_naming_the_field(
+    client: TestClient, content: bytes, status: int, slug: str, field: str
+) -> None:
+    response = client.post("/v1/rope/apply", content=content, headers=SAFETENSORS)
+    assert problem(response, status, slug)["field"] == field
+
+
+def test_full_queue_is_429_with_retry_after() -> None:
+    app = make_app(batch_queue_size=1, batch_max_wait_us=0, retry_after_s=2)
+    service = app.state.runtime.extensions["rotation"]
+    release, entered = threading.Event(), threading.Event()
+    kernel = service.rotate_kernel
+
+    def held_kernel(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        release.wait(10)
+        return kernel(*args, **kwargs)
+
+    service.rotate_kernel = held_kernel
+    content = body({"q": torch.randn(1, 1, 3, 16), "positions": torch.arange(3)}, {"rope": ROPE})
+
+    async def run() -> list[httpx.Response]:
+        await service.start()
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            post = lambda: http.post("/v1/rope/apply", content=content, headers=SAFETENSORS)  # noqa: E731
+            running = asyncio.create_task(post())
+            await asyncio.to_thread(entered.wait, 10)
+            queued = asyncio.create_task(post())
+            await asyncio.sleep(0.05)
+            refused = await post()
+            release.set()
+            responses = [refused, await running, await queued]
+        await service.stop()
+        return responses
+
+    refused, first, second = asyncio.run(run())
+    assert problem(refused, 429, "overloaded")
+    assert refused.headers["retry-after"] == "2"
+    assert first.status_code == second.status_code == 200
+    assert "ropeserve_batch_size_requests_count 2.0" in app.state.runtime.metrics.exposition().decode()
+
+
+def test_openapi_documents_both_endpoints(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    for path in ("/v1/rope/apply", "/v1/mrope/apply"):
+        operation = paths[path]["post"]
+        assert "application/x-safetensors" in operation["requestBody"]["content"]
+        assert {"200", "413", "415", "422", "429"} <= set(operation["responses"])
+
+
+PARAMS = st.sampled_from(
+    [
+        {"rope": ROPE},
+        {"rope": ROPE, "layout": "flat", "pairing": "gptj"},
+        {"rope": {**ROPE, "rotary_dim": 8}, "layout": "bthd", "dtype": "float16"},
+        {"preset": "qwen2-vl-7b", "rotary_dim": 3},
+        {
+            "rope": {
+                "rope_type": "dynamic",
+                "rope_theta": 1e4,
+                "head_dim": 16,
+                "factor": 2.0,
+                "max_position_embeddings": 8,
+            }
+        },
+        {"rope": ROPE, "layout": 7},
+        {},
+    ]
+)
+
+
+@st.composite
+def rotation_bodies(draw: st.DrawFn) -> bytes:
+    tensors = {}
+    for name in draw(st.lists(st.sampled_from(["q", "k", "positions", "v"]), min_size=1, max_size=3, unique=True)):
+        shape = draw(st.lists(st.integers(0, 5), min_size=0, max_size=4))
+        if name != "positions" and draw(st.booleans()):
+            shape = [*shape[:3], 16]
+        dtype = draw(st.sampled_from([torch.float32, torch.bfloat16, torch.int64, torch.int32]))
+        tensors[name] = (torch.randn(shape) * 50).to(dtype)
+    return body(tensors, draw(PARAMS))
+
+
+@pytest.fixture(scope="module")
+def fuzz_client() -> TestClient:
+    with TestClient(make_app()) as test_client:
+        yield test_client
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(content=rotation_bodies(), endpoint=st.sampled_from(["/v1/rope/apply", "/v1/mrope/apply"]))
+def test_fuzzed_bodies_never_fail_the_server(fuzz_client: TestClient, content: bytes, endpoint: str) -> None:
+    response = fuzz_client.post(endpoint, content=content, headers=SAFETENSORS)
+    assert response.status_code in (200, 400, 422), response.text

@@ -1,0 +1,90 @@
+"""Kernel registry, selection by device, and input validation shared by all kernels."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+from kernel_cases import Case, build
+
+from ropeserve.errors import InvalidInput
+from ropeserve.kernels import KERNELS, RotationSpec, get_kernel, rotate_qk, select_kernel
+from ropeserve.kernels import registry as kernel_registry
+
+
+def test_registry_lists_the_three_kernels() -> None:
+    assert {"native", "fused", "triton"} <= set(KERNELS)
+    assert all(info.description for info in KERNELS.values())
+
+
+def test_cpu_selects_the_fused_kernel() -> None:
+    assert select_kernel("cpu") == "fused"
+    assert select_kernel(torch.device("cpu")) == "fused"
+
+
+def test_cuda_selects_triton_when_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "triton" else real_find_spec(name)
+    )
+    assert select_kernel("cuda") == "triton"
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real_find_spec(name)
+    )
+    assert select_kernel("cuda") == "fused"
+
+
+def test_unknown_device_type_falls_back_to_native() -> None:
+    assert select_kernel("meta") == "native"
+
+
+def test_unknown_kernel_name_lists_the_known_ones() -> None:
+    with pytest.raises(KeyError, match="fused"):
+        get_kernel("nope")
+
+
+def test_rotate_qk_dispatches_to_the_selected_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    problem = build(Case())
+    calls: list[str] = []
+
+    def spy(*args: object, **kwargs: object) -> tuple[torch.Tensor, None]:
+        calls.append("spy")
+        return problem.q, None
+
+    monkeypatch.setattr(kernel_registry, "get_kernel", lambda name: spy if name == "fused" else get_kernel(name))
+    rotate_qk(problem.q, problem.k, problem.positions, problem.table, problem.spec)
+    assert calls == ["spy"]
+    native = rotate_qk(problem.q, problem.k, problem.positions, problem.table, problem.spec, kernel="native")
+    assert native[0].shape == problem.q.shape
+
+
+BAD_INPUTS = {
+    "q head_dim": ("q", lambda p: (p.q[..., :-2], p.k, p.positions, p.spec)),
+    "k tokens": ("k", lambda p: (p.q, p.k[:, :, :-1], p.positions, p.spec)),
+    "k dtype": ("k", lambda p: (p.q, p.k.double(), p.positions, p.spec)),
+    "q dtype": ("q", lambda p: (p.q.double(), None, p.positions, p.spec)),
+    "float positions": ("positions", lambda p: (p.q, p.k, p.positions.float(), p.spec)),
+    "positions tokens": ("positions", lambda p: (p.q, p.k, p.positions[:, :-1], p.spec)),
+    "positions batch": ("positions", lambda p: (p.q, p.k, p.positions.repeat(2, 1), p.spec)),
+    "rotary beyond head": ("rotary_dim", lambda p: (p.q[..., :16], p.k[..., :16], p.positions, RotationSpec(16))),
+}
+
+
+@pytest.mark.parametrize("kernel", ["native", "fused"])
+@pytest.mark.parametrize("bad", list(BAD_INPUTS))
+def test_invalid_inputs_name_the_tensor(kernel: str, bad: str) -> None:
+    field, mutate = BAD_INPUTS[bad]
+    problem = build(Case())
+    q, k, positions, spec = mutate(problem)
+    with pytest.raises(InvalidInput) as raised:
+        get_kernel(kernel)(q, k, positions, problem.table, spec)
+    assert raised.value.field == field
+
+
+def test_mrope_needs_three_position_rows() -> None:
+    problem = build(Case(rope="qwen2vl"))
+    with pytest.raises(InvalidInput) as raised:
+        get_kernel("fused")(problem.q, problem.k, problem.positions[0], problem.table, problem.spec)
+    assert raised.value.field == "positions"
