@@ -310,4 +310,6 @@ def encode_safetensors(
 def _raw_bytes(tensor: torch.Tensor) -> memoryview:
     """The row-major bytes of ``tensor`` as a view (copies only to make it contiguous or bring it to the CPU)."""
     flat = tensor.detach().cpu().contiguous().reshape(-1)
+    if flat.numel() and flat.stride(0) != 1:  # size-1 dims keep any stride (even 0) and still count as contiguous
+        flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
     return memoryview(flat.view(torch.uint8).numpy()).cast("B")

@@ -226,3 +226,12 @@ def test_body_within_the_limit_is_one_writable_buffer() -> None:
 def test_unparsable_content_length_is_malformed() -> None:
     with pytest.raises(MalformedPayload):
         asyncio.run(read_body(FakeRequest([], content_length="12abc"), limit=50))
+
+
+def test_broadcast_views_encode_like_their_values() -> None:
+    """A one-element tensor expanded from a scalar has stride 0 yet counts as contiguous."""
+    expanded = torch.tensor([[-3]]).expand(1, 1)
+    single = torch.tensor(7.5).expand(1)
+    encoded = encode_safetensors({"deltas": expanded, "one": single})
+    decoded = decode_safetensors(bytearray(b"".join(bytes(chunk) for chunk in encoded.chunks)), max_elements=LIMIT)
+    assert decoded.tensors["deltas"].tolist() == [[-3]] and decoded.tensors["one"].tolist() == [7.5]
