@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_rotation.py [--rounds N] [--compile] [--skip-http] [--skip-batching]
 
-1. In process, CPU, float32, T=8192, 28 q heads, 4 kv heads, head_dim 128 ([B,H,T,D]): transformers' eager
+1. In process, CPU, float32 and bfloat16, T=8192, 28 q heads, 4 kv heads, head_dim 128 ([B,H,T,D]): transformers' eager
    path (Qwen2RotaryEmbedding cos/sin + apply_rotary_pos_emb), the native and fused kernels (cos/sin lookup
    included), optionally a naive torch.compile of the eager formula, each against a plain copy of the same Q/K
    bytes (``torch.empty_like(x).copy_(x)``). Every round times the copy and the candidate back to back; the
@@ -35,7 +35,6 @@ from transformers import Qwen2Config
 from transformers.models.qwen2.modeling_qwen2 import Qwen2RotaryEmbedding, apply_rotary_pos_emb
 
 from ropeserve.api import create_app
-from ropeserve.api.routes_rotation import install
 from ropeserve.config import from_explicit
 from ropeserve.kernels import RotationSpec, get_kernel
 from ropeserve.rope.tables import TableCache
@@ -46,10 +45,8 @@ SAFETENSORS = {"content-type": "application/x-safetensors"}
 
 
 def app_with_rotation():  # noqa: ANN201 - uvicorn factory
-    """The service app with the rotation routes (``install`` is a no-op once create_app wires it)."""
-    app = create_app()
-    install(app)
-    return app
+    """The service app (create_app wires the rotation routes)."""
+    return create_app()
 
 
 # --- 1. in process -------------------------------------------------------------------------------------------------
@@ -59,10 +56,12 @@ def copy_qk(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return torch.empty_like(q).copy_(q), torch.empty_like(k).copy_(k)
 
 
-def in_process_candidates(with_compile: bool) -> tuple[dict[str, Callable[[], object]], Callable[[], object]]:
+def in_process_candidates(
+    with_compile: bool, dtype: torch.dtype
+) -> tuple[dict[str, Callable[[], object]], Callable[[], object]]:
     generator = torch.Generator().manual_seed(0)
-    q = torch.randn(1, Q_HEADS, TOKENS, HEAD_DIM, generator=generator)
-    k = torch.randn(1, KV_HEADS, TOKENS, HEAD_DIM, generator=generator)
+    q = torch.randn(1, Q_HEADS, TOKENS, HEAD_DIM, generator=generator).to(dtype)
+    k = torch.randn(1, KV_HEADS, TOKENS, HEAD_DIM, generator=generator).to(dtype)
     positions = torch.arange(TOKENS)
     config = Qwen2Config(
         hidden_size=Q_HEADS * HEAD_DIM, num_attention_heads=Q_HEADS, num_key_value_heads=KV_HEADS, rope_theta=THETA
@@ -124,12 +123,12 @@ def ratio_table(candidates: dict[str, Callable[[], object]], baseline: Callable[
         print(row.format(name, median_ms, best_ms, statistics.median(ratios[name]), min(times[name]) / min(copies)))
 
 
-def bench_in_process(rounds: int, with_compile: bool) -> None:
-    megabytes = (Q_HEADS + KV_HEADS) * TOKENS * HEAD_DIM * 4 / 2**20
+def bench_in_process(rounds: int, with_compile: bool, dtype: torch.dtype) -> None:
+    megabytes = (Q_HEADS + KV_HEADS) * TOKENS * HEAD_DIM * dtype.itemsize / 2**20
     shape = f"T={TOKENS}, {Q_HEADS}+{KV_HEADS} heads x {HEAD_DIM}"
-    print(f"\n1. In process, CPU float32 [B,H,T,D], {shape} ({megabytes:.0f} MiB)")
+    print(f"\n1. In process, CPU {str(dtype).removeprefix('torch.')} [B,H,T,D], {shape} ({megabytes:.0f} MiB)")
     print(f"   torch threads: {torch.get_num_threads()}; median of {rounds} per-round ratios vs the copy")
-    candidates, baseline = in_process_candidates(with_compile)
+    candidates, baseline = in_process_candidates(with_compile, dtype)
     ratio_table(candidates, baseline, rounds)
 
 
@@ -324,7 +323,8 @@ def main() -> None:
     args = parser.parse_args()
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     print(f"ropeserve rotation benchmark: {os.cpu_count()} CPUs, load average {load} (other work skews wall times)")
-    bench_in_process(args.rounds, args.compile)
+    for dtype in (torch.float32, torch.bfloat16):
+        bench_in_process(args.rounds, args.compile, dtype)
     if not args.skip_http:
         bench_http(args.rounds)
     if not args.skip_batching:
