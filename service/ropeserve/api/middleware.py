@@ -14,6 +14,7 @@ import time
 import uuid
 from typing import Any
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ropeserve.api.problems import PROBE_PATHS, problem_response
@@ -22,6 +23,8 @@ from ropeserve.metrics import Metrics
 from ropeserve.settings import Settings
 
 access_logger = logging.getLogger("ropeserve.access")
+CLIENT_CLOSED_REQUEST = 499
+"""Recorded (never sent) when the client went away mid-upload: nginx's code, as the rotation routes use."""
 
 
 def configure_access_log(enabled: bool) -> None:
@@ -115,6 +118,10 @@ class ServiceMiddleware:
     async def _run_app(self, scope: Scope, receive: Receive, exchange: _Exchange) -> None:
         try:
             await self.app(scope, exchange.capped(receive), exchange.send_app)
+        except ClientDisconnect:
+            if exchange.overflow is None:  # the client left mid-upload: nobody to answer, not a server error
+                exchange.status = CLIENT_CLOSED_REQUEST
+                scope["state"]["error_type"] = "client-closed"
         except Exception:
             if exchange.overflow is None:
                 raise

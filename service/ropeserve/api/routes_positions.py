@@ -14,6 +14,7 @@ from ropeserve.api.problems import problem_responses
 from ropeserve.api.runtime import RuntimeDep
 from ropeserve.api.schemas import DTYPES, DtypeName, PairingName, RopeSource, StrictModel
 from ropeserve.config import preset_config
+from ropeserve.config.normalize import MAX_HEAD_DIM
 from ropeserve.errors import InvalidInput, check_limit
 from ropeserve.positions import (
     DEFAULT_COMPAT,
@@ -27,6 +28,16 @@ from ropeserve.positions import (
     vision_position_ids,
 )
 from ropeserve.rope import mrope_cos_sin, vision_cos_sin
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""Bounds of ``fill_value``: position ids are int64 (a larger value is a 422, not an overflow)."""
+
+
+def check_decode_size(cache_lengths: list[int], num_new: int, limit: int) -> None:
+    """Decode positions: rows × ``num_new`` within ``limit``, and ``num_new`` alone too (``arange(num_new)`` is
+    built even for zero rows)."""
+    check_limit(max(len(cache_lengths), 1) * num_new, limit, "positions", "num_new")
+
 
 router = APIRouter(tags=["positions"])
 ERRORS = problem_responses(406, 413, 422)
@@ -52,7 +63,7 @@ class PositionsRequest(StrictModel):
     past_lengths: list[int] | None = Field(None, description="Continuation: cache length per row / segment.")
     num_new: int = Field(1, ge=1, description="Decode: positions per row (>1 for speculative decoding).")
     total_length: int | None = Field(None, ge=0, description="Packed: pad the output to this many tokens.")
-    fill_value: int = Field(0, description="Value of padded slots (transformers uses 0).")
+    fill_value: int = Field(0, ge=INT64_MIN, le=INT64_MAX, description="Value of padded slots (transformers uses 0).")
 
     @model_validator(mode="after")
     def _one_mode(self) -> PositionsRequest:
@@ -67,7 +78,7 @@ def _positions_1d(body: PositionsRequest, limit: int) -> tuple[str, torch.Tensor
             body.attention_mask, past_lengths=body.past_lengths, fill_value=body.fill_value
         )
     if body.cache_lengths is not None:
-        check_limit(len(body.cache_lengths) * body.num_new, limit, "positions", "num_new")
+        check_decode_size(body.cache_lengths, body.num_new, limit)
         return "decode", decode_positions(body.cache_lengths, body.num_new)
     positions = packed_positions(
         segment_lengths=body.segment_lengths,
@@ -98,7 +109,7 @@ class MRopeModel(StrictModel):
     family: str | None = Field(None, description="qwen2_vl, qwen2_5_vl, qwen3_vl, glm4v (or an alias).")
     preset: str | None = Field(None, description="A preset whose model_type and vision_config give the family.")
     config: dict[str, Any] | None = Field(None, description="A config.json giving model_type and vision_config.")
-    spatial_merge_size: int | None = Field(None, ge=1, description="Default: the config's, else the family's.")
+    spatial_merge_size: int | None = Field(None, ge=1, le=64, description="Default: the config's, else the family's.")
     tokens_per_second: float | None = Field(None, gt=0, description="Qwen2.5-VL video time scale (default 2).")
 
     def resolve(self) -> tuple[str, int | None, float | None]:
@@ -141,7 +152,7 @@ class MRopePositionsRequest(MRopeModel):
         "oracle, default) or transformers4 (max position + 1: transformers 4.x, original Qwen code, vLLM).",
     )
     padding_side: Literal["left", "right"] = Field("right", description="Segment form: where shorter rows pad.")
-    fill_value: int = Field(0, description="Value of padded slots (transformers 5 uses 0).")
+    fill_value: int = Field(0, ge=INT64_MIN, le=INT64_MAX, description="Value of padded slots (transformers 5 uses 0).")
     context_len: int | None = Field(None, ge=0, description="Chunked prefill: return columns [context_len:seq_len].")
     seq_len: int | None = Field(None, ge=0, description="Chunked prefill: end of the slice (default: all).")
 
@@ -219,7 +230,7 @@ class MRopeDecodeRequest(StrictModel):
     response_class=Response,
 )
 def mrope_decode(body: MRopeDecodeRequest, request: Request, runtime: RuntimeDep) -> Response:
-    check_limit(len(body.cache_lengths) * body.num_new, runtime.settings.max_positions, "positions", "num_new")
+    check_decode_size(body.cache_lengths, body.num_new, runtime.settings.max_positions)
     ids = mrope_decode_positions(body.mrope_position_deltas, body.cache_lengths, body.num_new)
     meta = {"shape": list(ids.shape)}
     return tensor_response(request, {"position_ids": ids}, meta, runtime.settings.json_response_max_elements)
@@ -276,8 +287,8 @@ def mrope_cos_sin_route(body: MRopeCosSinRequest, request: Request, runtime: Run
 
 class VisionRopeRequest(StrictModel):
     grid_thw: IntMatrix = Field(..., description="[N, 3] (t, h, w) patch grids of the images/videos, in order.")
-    spatial_merge_size: int | None = Field(None, ge=1, description="Default: the config's, else 2.")
-    head_dim: int | None = Field(None, ge=4, description="Vision head size; default: from the config.")
+    spatial_merge_size: int | None = Field(None, ge=1, le=64, description="Default: the config's, else 2.")
+    head_dim: int | None = Field(None, ge=4, le=MAX_HEAD_DIM, description="Vision head size; default: from the config.")
     theta: float = Field(10_000.0, gt=0)
     preset: str | None = None
     config: dict[str, Any] | None = None

@@ -28,6 +28,8 @@ from ropeserve.errors import InvalidInput
 
 LAYER_TYPE_LABELS = frozenset({"full_attention", "sliding_attention", "chunked_attention", "linear_attention"})
 TEXT_CONFIG_PATHS: tuple[tuple[str, ...], ...] = (("thinker_config", "text_config"), ("text_config",))
+MAX_HEAD_DIM = 16_384
+"""Largest head size accepted (real models use 64-256; the bound keeps tables allocatable)."""
 LONG_CONTEXT_TYPES = frozenset({"llama3", "yarn", "longrope"})
 EXPLICIT_TOP_LEVEL_KEYS = ("head_dim", "max_position_embeddings", "model_type", "original_max_position_embeddings")
 """Explicit keys placed at the config's top level; ``original_max_position_embeddings`` goes there because a
@@ -455,8 +457,8 @@ def validate_params(params: RopeParams, sources: Mapping[str, str] | None = None
 
     if not math.isfinite(params.rope_theta) or params.rope_theta <= 0:
         fail("rope_theta", f"rope_theta must be a finite number > 0, got {params.rope_theta}")
-    if params.head_dim <= 0:
-        fail("head_dim", f"head_dim must be > 0, got {params.head_dim}")
+    if not 0 < params.head_dim <= MAX_HEAD_DIM:
+        fail("head_dim", f"head_dim must be in 1..{MAX_HEAD_DIM}, got {params.head_dim}")
     if not 0 < params.partial_rotary_factor <= 1:
         fail(
             "partial_rotary_factor",

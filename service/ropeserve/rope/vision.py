@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import torch
 
+from ropeserve.config.normalize import MAX_HEAD_DIM
 from ropeserve.errors import InvalidInput
 from ropeserve.rope.registry import base_inv_freq
 
 
 def vision_cos_sin(hw_ids: torch.Tensor, head_dim: int, theta: float = 10_000.0) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin [N, head_dim] float32 for patch ids ``hw_ids`` [N, 2] (row, column)."""
-    if head_dim <= 0 or head_dim % 4:
-        raise InvalidInput(f"vision head_dim must be a positive multiple of 4, got {head_dim}", field="head_dim")
+    if not 0 < head_dim <= MAX_HEAD_DIM or head_dim % 4:
+        raise InvalidInput(
+            f"vision head_dim must be a multiple of 4 in 4..{MAX_HEAD_DIM}, got {head_dim}", field="head_dim"
+        )
     if not theta > 0:
         raise InvalidInput(f"theta must be > 0, got {theta}", field="theta")
     inv_freq = base_inv_freq(theta, head_dim // 2)
