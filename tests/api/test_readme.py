@@ -13,10 +13,13 @@ import pytest
 import torch
 import transformers
 from fastapi.testclient import TestClient
+from safetensors.torch import load
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from ropeserve.api import create_app
+from ropeserve.config import normalize_config, preset_config
+from ropeserve.rope import apply_rotary, rope_cos_sin
 from ropeserve.settings import Settings
 
 transformers.logging.set_verbosity_error()
@@ -75,3 +78,21 @@ def test_readme_example_returns_transformers_values(answer: dict[str, Any]) -> N
 def test_readme_prints_the_values_it_returns(answer: dict[str, Any]) -> None:
     assert answer["cos"][0] == pytest.approx(printed_values("cos"), abs=5e-7)
     assert answer["sin"][0] == pytest.approx(printed_values("sin"), abs=5e-7)
+
+
+def test_readme_rotation_example_round_trips(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's rotation snippet writes a body that /v1/rope/apply rotates like the native reference."""
+    snippet = re.search(r"<<'EOF'\n(.*?)\nEOF\n", README.read_text(encoding="utf-8"), re.DOTALL)
+    assert snippet, "README has no rotation snippet"
+    monkeypatch.chdir(tmp_path)
+    exec(compile(snippet.group(1), "README.md", "exec"), {})  # our own README's example
+    body = (tmp_path / "qk.safetensors").read_bytes()
+    with TestClient(create_app(Settings(access_log=False))) as client:
+        response = client.post("/v1/rope/apply", content=body, headers={"content-type": "application/x-safetensors"})
+    assert response.status_code == 200, response.text
+    assert {"x-queue-time", "x-compute-time", "x-total-time"} <= set(response.headers)
+    rotated, sent = load(response.content), load(body)
+    params = normalize_config(preset_config("llama-3.1-8b")).params()
+    table = rope_cos_sin(params, sent["positions"])
+    expected_q, expected_k = apply_rotary(sent["q"], sent["k"], table.cos, table.sin, head_dim=128, layout="flat")
+    assert torch.equal(rotated["q"], expected_q) and torch.equal(rotated["k"], expected_k)
