@@ -1,8 +1,9 @@
 """Position engine: 1-D positions, M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V) and vision-tower 2-D ids.
 
-Pure torch, no web imports. Every function takes plain Python values or tensors, returns int64 tensors (or a small
-frozen dataclass of them) and raises :class:`ropeserve.errors.InvalidInput` for inconsistent input, with ``field``
-naming the offending row and segment (``rows[b].segments[i]``) or argument.
+torch and numpy (the M-RoPE layout runs in numpy on the CPU), no web imports. Every function takes plain Python
+values or tensors, returns int64 tensors (or a small frozen dataclass of them) and raises
+:class:`ropeserve.errors.InvalidInput` for inconsistent input, with ``field`` naming the offending row and segment
+(``rows[b].segments[i]``) or argument.
 
 Padded slots hold :data:`PAD_POSITION` (0, as transformers 5) unless ``fill_value`` says otherwise.
 

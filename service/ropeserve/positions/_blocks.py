@@ -14,8 +14,11 @@ block of merged grid ``(t, h, w)`` is ordered frame-major, then row, then column
 videos); padding gets the fill value. Each block starts where the previous one of its row ends, as the
 :class:`~ropeserve.positions.families.MRopeCompat` rule says.
 
-Speed: the work per token is three passes over the ``[3, B * T]`` output (a zero fill and two running sums);
-everything else is per block or per line, with a fixed number of batched tensor operations and no Python loop.
+Speed: the layout runs in numpy on the CPU, where a small operation costs a fraction of a torch one (the block and
+line arrays are small, so the number of operations sets the time). The work per token is two passes over the
+``[3, B * T]`` output: a repeat of each line's step (with the jump from the previous line written at its first token)
+and one running sum in torch (several times faster than numpy's). Everything else is per block or per line, with a
+fixed number of batched operations and no Python loop.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from ropeserve.positions._common import tensor_on
 from ropeserve.positions.families import MRopeCompat
 
 TEXT_TOKEN, IMAGE_TOKEN, VIDEO_TOKEN = 0, 1, 2
@@ -34,131 +39,112 @@ PAD_BLOCK = 3
 
 KIND_NAMES = {TEXT_TOKEN: "text", IMAGE_TOKEN: "image", VIDEO_TOKEN: "video", PAD_BLOCK: "padding"}
 
-# Per kind, how T, H, W advance from one token of a line to the next.
-_LINE_STEP = torch.tensor([[1, 1, 1], [0, 0, 1], [0, 0, 1], [0, 0, 0]], dtype=torch.long)
+# [axis, kind]: how T, H, W advance from one token of a line to the next (text, image, video, padding).
+_LINE_STEP = np.array([[1, 0, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]], dtype=np.int64)
 
 
 @dataclass(frozen=True)
 class Blocks:
     """One entry per block, in row-major order; the blocks of row ``b`` tile that row of the output."""
 
-    row: torch.Tensor  # [G] int64, non-decreasing
-    kind: torch.Tensor  # [G] int64: TEXT_TOKEN, IMAGE_TOKEN, VIDEO_TOKEN or PAD_BLOCK
-    thw: torch.Tensor  # [G, 3] int64 merged (t, h, w); text and padding: (1, 1, length)
-    time_step: torch.Tensor | None  # [G] float T step per frame; None when every step is exactly 1
+    row: np.ndarray  # [G] int64, non-decreasing; every row has at least one block
+    kind: np.ndarray  # [G] int64: TEXT_TOKEN, IMAGE_TOKEN, VIDEO_TOKEN or PAD_BLOCK
+    thw: np.ndarray  # [G, 3] int64 merged (t, h, w); text and padding: (1, 1, length)
+    time_step: np.ndarray | None  # [G] float T step per frame; None when every step is exactly 1
     has_padding: bool
 
 
-def _temporal_offsets(frames: torch.Tensor, time_step: torch.Tensor | None) -> torch.Tensor:
-    """``floor(frame * step)`` exactly as transformers: a float multiply in the step's dtype, then ``.long()``."""
+def _temporal_offsets(frames: np.ndarray, time_step: np.ndarray | None) -> np.ndarray:
+    """``floor(frame * step)`` exactly as transformers: a torch float multiply in the step's dtype, then ``.long()``."""
     if time_step is None:
         return frames
-    return (frames.to(time_step.dtype) * time_step).long()
+    step = torch.from_numpy(time_step)
+    return (torch.from_numpy(frames).to(step.dtype) * step).long().numpy()
 
 
-def _extents(blocks: Blocks) -> torch.Tensor:
+def _extents(blocks: Blocks) -> np.ndarray:
     """``[G]`` largest position of each block relative to its start (text: length - 1)."""
     if blocks.time_step is None:
-        return (blocks.thw - 1).amax(dim=1)
+        return blocks.thw.max(axis=1) - 1
     last_frame = _temporal_offsets(blocks.thw[:, 0] - 1, blocks.time_step)
-    return torch.maximum(last_frame, blocks.thw[:, 1:].amax(dim=1) - 1)
+    return np.maximum(last_frame, blocks.thw[:, 1:].max(axis=1) - 1)
 
 
-def _advance_transformers5(blocks: Blocks, extents: torch.Tensor) -> torch.Tensor:
+def _advance_transformers5(blocks: Blocks, extents: np.ndarray) -> np.ndarray:
     # Text (1, 1, n) advances by n; vision by max(h, w): the temporal extent is ignored.
-    return blocks.thw[:, 1:].amax(dim=1)
+    return blocks.thw[:, 1:].max(axis=1)
 
 
-def _advance_transformers4(blocks: Blocks, extents: torch.Tensor) -> torch.Tensor:
+def _advance_transformers4(blocks: Blocks, extents: np.ndarray) -> np.ndarray:
     return extents + 1
 
 
-ADVANCE_RULES: dict[MRopeCompat, Callable[[Blocks, torch.Tensor], torch.Tensor]] = {
+ADVANCE_RULES: dict[MRopeCompat, Callable[[Blocks, np.ndarray], np.ndarray]] = {
     MRopeCompat.TRANSFORMERS5: _advance_transformers5,
     MRopeCompat.TRANSFORMERS4: _advance_transformers4,
 }
 """compat -> ``[G]`` distance from a block's start to the next block's start."""
 
 
-def _starts(blocks: Blocks, advance: torch.Tensor, num_rows: int) -> torch.Tensor:
+def _starts(advance: np.ndarray, row: np.ndarray, row_first_block: np.ndarray) -> np.ndarray:
     """``[G]`` start of each block: the exclusive running sum of ``advance``, restarted at every row."""
-    global_start = advance.cumsum(0) - advance
-    # Every row has at least one block (padding included), so the initial value never survives.
-    row_base = torch.full((num_rows,), torch.iinfo(torch.long).max, dtype=torch.long, device=advance.device)
-    row_base = row_base.scatter_reduce(0, blocks.row, global_start, reduce="amin")
-    return global_start - row_base.index_select(0, blocks.row)
+    global_start = np.cumsum(advance) - advance
+    return global_start - global_start[row_first_block][row]
 
 
-def _line_values(
-    blocks: Blocks, starts: torch.Tensor, fill_value: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _line_values(blocks: Blocks, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per line: first token's ``[3, Lc]`` T/H/W, ``[3, Lc]`` step along the line, ``[Lc]`` length."""
-    lines_per_block = blocks.thw[:, 0] * blocks.thw[:, 1]
-    line_block = torch.repeat_interleave(lines_per_block)
-    first_line = lines_per_block.cumsum(0) - lines_per_block
-    # One gather for everything a line needs from its block: h, w, start, kind, first line.
-    per_line = torch.stack([blocks.thw[:, 1], blocks.thw[:, 2], starts, blocks.kind, first_line]).index_select(
-        1, line_block
-    )
-    rows_per_frame, length, start, kind, first = per_line.unbind(dim=0)
-    line_in_block = torch.arange(line_block.numel(), device=start.device) - first
-    frame = torch.div(line_in_block, rows_per_frame, rounding_mode="floor")
-    row_in_frame = line_in_block - frame * rows_per_frame
-    step = None if blocks.time_step is None else blocks.time_step.index_select(0, line_block)
-    values = torch.stack([start + _temporal_offsets(frame, step), start + row_in_frame, start])
-    if blocks.has_padding:
-        values.masked_fill_(kind == PAD_BLOCK, fill_value)
-    steps = _LINE_STEP.to(start.device).index_select(0, kind).T
-    return values, steps, length
+    frames, rows, columns = blocks.thw.T
+    lines_per_block = frames * rows
+    line_ends = np.cumsum(lines_per_block)
+    per_block = np.vstack([starts, rows, columns, line_ends - lines_per_block, _LINE_STEP[:, blocks.kind]])
+    per_line = np.repeat(per_block, lines_per_block, axis=1)  # one batched gather for all of the above
+    start, rows_per_frame, length, first_line = per_line[:4]
+    frame, row_in_frame = np.divmod(np.arange(line_ends[-1]) - first_line, rows_per_frame)
+    step = None if blocks.time_step is None else np.repeat(blocks.time_step, lines_per_block)
+    values = np.stack([start + _temporal_offsets(frame, step), start + row_in_frame, start])
+    return values, per_line[4:], length
 
 
-def _expand_lines(values: torch.Tensor, steps: torch.Tensor, lengths: torch.Tensor, total: int) -> torch.Tensor:
+def _expand_lines(values: np.ndarray, steps: np.ndarray, lengths: np.ndarray) -> torch.Tensor:
     """``[3, total]`` int64 token positions ``values[:, l] + steps[:, l] * column`` of lines tiling ``total`` tokens.
 
-    Written as a second-order running sum: the step of each token is a running sum of step changes placed at line
-    starts, and each line start also carries the jump from the previous token's position.
+    Written as one running sum of per-token differences: each line's step, except at the line's first token,
+    which carries the jump from the previous line's last position (int64 wrap-around cancels out in the sum).
     """
-    first_token = lengths.cumsum(0) - lengths
-    # The previous line's last position and step (zero before the first line).
-    previous_end = torch.zeros_like(values)
-    previous_end[:, 1:] = (values + steps * (lengths - 1))[:, :-1]
-    previous_step = torch.zeros_like(steps)
-    previous_step[:, 1:] = steps[:, :-1]
-    positions = torch.zeros((3, total), dtype=torch.long, device=values.device)
-    positions.index_copy_(1, first_token, steps - previous_step)
-    positions.cumsum_(dim=1)
-    positions.index_add_(1, first_token, values - previous_end - steps)
-    return positions.cumsum_(dim=1)
+    first_token = np.cumsum(lengths) - lengths
+    jumps = values.copy()
+    jumps[:, 1:] -= (values + steps * (lengths - 1))[:, :-1]
+    differences = np.repeat(steps, lengths, axis=1)
+    differences[:, first_token] = jumps
+    return torch.from_numpy(differences).cumsum_(dim=1)
 
 
 @dataclass(frozen=True)
 class PositionPlan:
-    """Everything but the per-token expansion: small tensors (per row, per line).
-
-    Build it under ``torch.inference_mode()`` (it cuts the per-operation overhead of these many small operations
-    by about a fifth) and call :meth:`expand` outside it, so the returned tensors are ordinary ones.
-    """
+    """Everything but the per-token expansion: small arrays (per row, per line)."""
 
     num_rows: int
     width: int
-    deltas: torch.Tensor  # [B, 1] int64
-    line_values: torch.Tensor  # [3, Lc] int64
-    line_steps: torch.Tensor  # [3, Lc] int64
-    line_lengths: torch.Tensor  # [Lc] int64
+    deltas: np.ndarray  # [B, 1] int64
+    line_values: np.ndarray  # [3, Lc] int64
+    line_steps: np.ndarray  # [3, Lc] int64
+    line_lengths: np.ndarray  # [Lc] int64
 
-    def expand(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``position_ids`` ``[3, B, width]`` int64 and ``mrope_position_deltas`` ``[B, 1]`` int64."""
-        total = self.num_rows * self.width
-        if total == 0:
-            empty = torch.zeros((3, self.num_rows, self.width), dtype=torch.long, device=self.deltas.device)
-            return empty, self.deltas.clone()
-        positions = _expand_lines(self.line_values, self.line_steps, self.line_lengths, total)
-        return positions.view(3, self.num_rows, self.width), self.deltas.clone()
+    def expand(self, device: torch.device | str | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``position_ids`` ``[3, B, width]`` int64 and ``mrope_position_deltas`` ``[B, 1]`` int64 on ``device``
+        (None: the CPU)."""
+        if self.num_rows * self.width == 0:
+            positions = torch.zeros((3, self.num_rows, self.width), dtype=torch.long)
+        else:
+            positions = _expand_lines(self.line_values, self.line_steps, self.line_lengths)
+        position_ids = positions.view(3, self.num_rows, self.width)
+        return (position_ids if device is None else position_ids.to(device)), tensor_on(self.deltas, device)
 
 
 def plan_positions(
     blocks: Blocks,
-    row_lengths: torch.Tensor,
+    row_lengths: np.ndarray,
     width: int,
     compat: MRopeCompat,
     fill_value: int,
@@ -167,21 +153,21 @@ def plan_positions(
 
     ``row_lengths`` ``[B]`` counts each row's real (non-padding) tokens; a row without any has delta 0.
     """
-    num_rows = row_lengths.numel()
-    device = row_lengths.device
+    num_rows = row_lengths.size
     if num_rows * width == 0:
-        none = torch.zeros((3, 0), dtype=torch.long, device=device)
-        deltas = torch.zeros((num_rows, 1), dtype=torch.long, device=device)
-        return PositionPlan(num_rows, width, deltas, none, none, none[0])
+        none = np.zeros((3, 0), dtype=np.int64)
+        return PositionPlan(num_rows, width, np.zeros((num_rows, 1), dtype=np.int64), none, none, none[0])
     extents = _extents(blocks)
     advance = ADVANCE_RULES[compat](blocks, extents)
-    if blocks.has_padding:
-        is_padding = blocks.kind == PAD_BLOCK
-        advance = advance.masked_fill(is_padding, 0)
-        extents = extents.masked_fill(is_padding, -1)  # a padding block raises no row maximum
-    starts = _starts(blocks, advance, num_rows)
-    row_max = torch.full((num_rows,), -1, dtype=torch.long, device=device)
-    row_max = row_max.scatter_reduce(0, blocks.row, starts + extents, reduce="amax")
+    is_padding = blocks.kind == PAD_BLOCK if blocks.has_padding else None
+    if is_padding is not None:
+        advance = np.where(is_padding, 0, advance)
+        extents = np.where(is_padding, -1, extents)  # a padding block raises no row maximum
+    row_first_block = np.searchsorted(blocks.row, np.arange(num_rows))
+    starts = _starts(advance, blocks.row, row_first_block)
+    row_max = np.maximum.reduceat(starts + extents, row_first_block)
     deltas = (row_max + 1 - row_lengths)[:, None]
-    values, steps, lengths = _line_values(blocks, starts, fill_value)
+    if is_padding is not None:
+        starts[is_padding] = fill_value  # a padding block is one line at the fill value, which does not advance
+    values, steps, lengths = _line_values(blocks, starts)
     return PositionPlan(num_rows, width, deltas, values, steps, lengths)

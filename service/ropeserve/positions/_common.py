@@ -1,10 +1,11 @@
-"""Input coercion and validation shared by the position modules (plain torch, no web imports)."""
+"""Input coercion and validation shared by the position modules (torch and numpy, no web imports)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from ropeserve.errors import InvalidInput, check_limit
@@ -42,6 +43,24 @@ def as_long_tensor(
     return tensor
 
 
+def as_long_array(value: IntsLike, field: str, *, ndim: int | None = None) -> np.ndarray:
+    """:func:`as_long_tensor` on the CPU as a numpy array (a view, not a copy, of a CPU int64 tensor)."""
+    if (
+        isinstance(value, torch.Tensor)
+        and value.dtype == torch.long
+        and value.device.type == "cpu"
+        and (ndim is None or value.dim() == ndim)
+    ):
+        return value.numpy()  # nothing to convert or check
+    return as_long_tensor(value, field, ndim=ndim, device="cpu").numpy()
+
+
+def tensor_on(array: np.ndarray, device: torch.device | str | None) -> torch.Tensor:
+    """``array`` as a tensor on ``device``; None: the CPU tensor sharing the array's memory."""
+    tensor = torch.from_numpy(array)
+    return tensor if device is None else tensor.to(device)
+
+
 def as_mask_tensor(value: IntsLike, field: str, *, device: torch.device | str | None = None) -> torch.Tensor:
     """Convert a 0/1 (or bool) attention mask to a bool tensor of shape ``[B, T]``."""
     return as_mask_and_lengths(value, field, device=device)[0]
@@ -60,12 +79,29 @@ def as_mask_and_lengths(
     low, high = torch.aminmax(ints) if ints.numel() else (0, 0)
     if int(low) < 0 or int(high) > 1:
         row, col = (int(i) for i in ((ints != 0) & (ints != 1)).nonzero()[0])
-        raise InvalidInput(
-            f"{field} may only hold 0 or 1; row {row}, column {col} holds {int(ints[row, col])}",
-            field=f"{field}[{row}][{col}]",
-        )
+        raise _not_zero_or_one(field, row, col, int(ints[row, col]))
     # `!= 0` and an int64 sum are several times faster on CPU than `.bool()` and a bool sum.
     return ints != 0, ints.sum(dim=1)
+
+
+def as_mask_array(value: IntsLike, field: str) -> tuple[np.ndarray, np.ndarray]:
+    """A 0/1 (or bool) attention mask as a new ``[B, T]`` bool numpy array, and ``[B]`` int64 ones per row."""
+    if isinstance(value, torch.Tensor) and value.dtype == torch.bool:
+        if value.dim() != 2:
+            raise InvalidInput(f"{field} must have 2 dimensions, got {tuple(value.shape)}", field=field)
+        mask = value.cpu().numpy().copy()
+        return mask, mask.sum(axis=1)
+    ints = as_long_array(value, field, ndim=2)
+    if ints.size and int(ints.view(np.uint64).max()) > 1:  # negative values wrap around to huge ones
+        row, col = (int(i) for i in np.argwhere(ints.view(np.uint64) > 1)[0])
+        raise _not_zero_or_one(field, row, col, int(ints[row, col]))
+    return ints != 0, ints.sum(axis=1)
+
+
+def _not_zero_or_one(field: str, row: int, col: int, value: int) -> InvalidInput:
+    return InvalidInput(
+        f"{field} may only hold 0 or 1; row {row}, column {col} holds {value}", field=f"{field}[{row}][{col}]"
+    )
 
 
 def per_row_values(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ropeserve.errors import InvalidInput
@@ -25,12 +26,14 @@ from ropeserve.positions._blocks import (
 from ropeserve.positions._common import (
     PAD_POSITION,
     IntsLike,
+    as_long_array,
     as_long_tensor,
-    as_mask_and_lengths,
+    as_mask_array,
     check_element_limit,
     per_row_values,
     require_finite_float,
     require_int,
+    tensor_on,
 )
 from ropeserve.positions.families import (
     DEFAULT_COMPAT,
@@ -107,21 +110,27 @@ class TokenBlocks:
     """Blocks found in token-level input, with what the segment conversion needs."""
 
     blocks: Blocks
-    mask: torch.Tensor  # [B, L] bool
-    row_lengths: torch.Tensor  # [B] int64 real tokens per row
+    mask: np.ndarray  # [B, L] bool
+    row_lengths: np.ndarray  # [B] int64 real tokens per row
+    device: torch.device | None  # of the token tensor, where the results go; None: the CPU
     spatial_merge_size: int
-    second_per_grid_t: torch.Tensor | None  # [G] of video blocks when given and used; None otherwise
+    second_per_grid_t: np.ndarray | None  # [G] of video blocks when given and used; None otherwise
 
 
 @dataclass(frozen=True)
 class _Runs:
     """Maximal runs of equal token type (padding is its own type) in the flat ``[B * L]`` layout, rows kept apart."""
 
-    kind: torch.Tensor  # [G] int64
-    row: torch.Tensor  # [G] int64
-    first_slot: torch.Tensor  # [G] int64 flat index of the run's first token
-    length: torch.Tensor  # [G] int64
+    kind: np.ndarray  # [G] int64
+    row: np.ndarray  # [G] int64
+    first_slot: np.ndarray  # [G] int64 flat index of the run's first token
+    length: np.ndarray  # [G] int64
     width: int  # L
+
+
+def _device_of(value: IntsLike) -> torch.device | None:
+    """The device of a tensor not on the CPU; None for CPU tensors and lists."""
+    return value.device if isinstance(value, torch.Tensor) and value.device.type != "cpu" else None
 
 
 def _token_types(
@@ -129,51 +138,49 @@ def _token_types(
     input_ids: IntsLike | None,
     image_token_id: int,
     video_token_id: int,
-) -> torch.Tensor:
-    """``[B, L]`` modality of each token, from ``mm_token_type_ids`` or else from ``input_ids``."""
+) -> tuple[np.ndarray, torch.device | None]:
+    """``[B, L]`` int64 modality of each token, from ``mm_token_type_ids`` or else from ``input_ids``, and the
+    device of the tokens (None: the CPU)."""
     if mm_token_type_ids is not None:
-        types = as_long_tensor(mm_token_type_ids, "mm_token_type_ids", ndim=2)
-        low, high = torch.aminmax(types) if types.numel() else (0, 0)
-        if int(low) < TEXT_TOKEN or int(high) > VIDEO_TOKEN:
-            row, col = (int(i) for i in ((types < TEXT_TOKEN) | (types > VIDEO_TOKEN)).nonzero()[0])
+        types = as_long_array(mm_token_type_ids, "mm_token_type_ids", ndim=2)
+        unsigned = types.view(np.uint64)  # negative values wrap around to huge ones
+        if types.size and int(unsigned.max()) > VIDEO_TOKEN:
+            row, col = (int(i) for i in np.argwhere(unsigned > VIDEO_TOKEN)[0])
             raise InvalidInput(
                 f"row {row}, column {col}: mm_token_type_ids value {int(types[row, col])} is not "
                 "0 (text), 1 (image) or 2 (video)",
                 field=f"mm_token_type_ids[{row}][{col}]",
             )
-        return types
+        return types, _device_of(mm_token_type_ids)
     if input_ids is None:
         raise InvalidInput("give mm_token_type_ids or input_ids", field="mm_token_type_ids")
-    ids = as_long_tensor(input_ids, "input_ids", ndim=2)
-    return (ids == image_token_id).long() * IMAGE_TOKEN + (ids == video_token_id).long() * VIDEO_TOKEN
+    ids = as_long_array(input_ids, "input_ids", ndim=2)
+    types = (ids == image_token_id).astype(np.int64) * IMAGE_TOKEN + (ids == video_token_id).astype(
+        np.int64
+    ) * VIDEO_TOKEN
+    return types, _device_of(input_ids)
 
 
-def _find_runs(types: torch.Tensor, mask: torch.Tensor | None) -> _Runs:
+def _find_runs(types: np.ndarray, mask: np.ndarray | None) -> _Runs:
     """Cut ``[B, L]`` token types into runs; ``mask`` None means every slot is a real token.
 
-    A run starts at each row start, each change of type and each change between real and padding (a stretch of
-    padding may be cut more than once, which is harmless: padding blocks take no positions).
+    A run starts at each row start, each change of type and each change between real and padding; padding is a
+    type of its own (``PAD_BLOCK``), whatever the token types under it.
     """
     width = types.shape[1]
-    flat = types.reshape(-1)
-    opens_run = torch.empty(flat.numel(), dtype=torch.bool, device=types.device)
-    if flat.numel():
-        torch.ne(flat[1:], flat[:-1], out=opens_run[1:])
-        if mask is not None:
-            real = mask.reshape(-1)
-            opens_run[1:] |= real[1:] != real[:-1]
-        opens_run[::width] = True
-    first_slot = opens_run.nonzero()[:, 0]
-    kind = flat.index_select(0, first_slot)
-    if mask is not None:
-        kind.masked_fill_(~mask.reshape(-1).index_select(0, first_slot), PAD_BLOCK)
-    next_first_slot = torch.full_like(first_slot, flat.numel())
-    next_first_slot[:-1] = first_slot[1:]
+    flat = (types if mask is None else np.where(mask, types, PAD_BLOCK)).reshape(-1)
+    opens_run = np.empty(flat.size + 1, dtype=bool)  # one slot past the end, where the last run ends
+    opens_run[-1] = True
+    if flat.size:
+        np.not_equal(flat[1:], flat[:-1], out=opens_run[1:-1])
+        opens_run[:-1:width] = True
+    bounds = np.flatnonzero(opens_run)
+    first_slot = bounds[:-1]
     return _Runs(
-        kind=kind,
-        row=torch.div(first_slot, width, rounding_mode="floor"),
+        kind=flat[first_slot],
+        row=first_slot // max(width, 1),  # no runs when width is 0
         first_slot=first_slot,
-        length=next_first_slot - first_slot,
+        length=bounds[1:] - first_slot,
         width=width,
     )
 
@@ -198,13 +205,14 @@ class _RunErrors:
         )
 
 
-def _grid_tensor(grid_thw: IntsLike | None, field: str, device: torch.device) -> torch.Tensor:
+def _grid_array(grid_thw: IntsLike | None, field: str) -> np.ndarray:
+    """``[N, 3]`` int64 grids (``[0, 3]`` for None or an empty input)."""
     if grid_thw is None:
-        return torch.zeros((0, 3), dtype=torch.long, device=device)
-    grid = as_long_tensor(grid_thw, field, device=device)
-    if grid.numel() == 0:
+        return np.zeros((0, 3), dtype=np.int64)
+    grid = as_long_array(grid_thw, field)
+    if grid.size == 0:
         return grid.reshape(0, 3)
-    if grid.dim() != 2 or grid.shape[1] != 3:
+    if grid.ndim != 2 or grid.shape[1] != 3:
         raise InvalidInput(f"{field} must have shape [N, 3], got {tuple(grid.shape)}", field=field)
     return grid
 
@@ -212,65 +220,63 @@ def _grid_tensor(grid_thw: IntsLike | None, field: str, device: torch.device) ->
 def _assign_grids(
     runs: _Runs,
     wanted: int,
-    grids: torch.Tensor,
-    source_row: torch.Tensor | None,
+    grids: np.ndarray,
+    source_row: np.ndarray | None,
     field: str,
     error: _RunErrors,
     unit: str = "rows",
-) -> torch.Tensor:
+) -> np.ndarray:
     """``[n]`` run ids of kind ``wanted``, consuming ``grids`` in order (global across the batch, as transformers).
 
     ``source_row[i]`` is the row of the caller's grid tensor that grid ``i`` came from (frames of one video share
     it); None means grid ``i`` is row ``i``.
     """
-    run_ids = (runs.kind == wanted).nonzero()[:, 0]
+    run_ids = np.flatnonzero(runs.kind == wanted)
     name = KIND_NAMES[wanted]
     available = grids.shape[0]
-    if run_ids.numel() > available:
+    if run_ids.size > available:
         raise error(
             int(run_ids[available]),
             f"more {name} blocks than {field} has {unit} ({available}); this block has no grid",
         )
-    if run_ids.numel() < available:
-        unused = run_ids.numel() if source_row is None else int(source_row[run_ids.numel()])
+    if run_ids.size < available:
+        unused = run_ids.size if source_row is None else int(source_row[run_ids.size])
         raise InvalidInput(
-            f"the tokens hold only {run_ids.numel()} {name} blocks, fewer than {field} describes; "
+            f"the tokens hold only {run_ids.size} {name} blocks, fewer than {field} describes; "
             f"{field}[{unused}] is not used by any block",
             field=f"{field}[{unused}]",
         )
     return run_ids
 
 
-def _split_video_frames(video_grid: torch.Tensor, runs: _Runs, error: _RunErrors) -> tuple[torch.Tensor, torch.Tensor]:
+def _split_video_frames(video_grid: np.ndarray, runs: _Runs, error: _RunErrors) -> tuple[np.ndarray, np.ndarray]:
     """Qwen3-VL / GLM-4V: each video ``(t, h, w)`` becomes t frames ``(1, h, w)``; returns (frames, video of frame)."""
     frames_per_video = video_grid[:, 0]
     empty = frames_per_video < 1
-    if bool(empty.any()):
-        video = int(empty.nonzero()[0, 0])
+    if empty.any():
+        video = int(np.flatnonzero(empty)[0])
         first_frame = int(frames_per_video[:video].sum())
-        video_runs = (runs.kind == VIDEO_TOKEN).nonzero()[:, 0]
+        video_runs = np.flatnonzero(runs.kind == VIDEO_TOKEN)
         message = f"video_grid_thw[{video}] = {video_grid[video].tolist()} has no frames"
-        if first_frame < video_runs.numel():
+        if first_frame < video_runs.size:
             raise error(int(video_runs[first_frame]), message)
         raise InvalidInput(message, field=f"video_grid_thw[{video}]")
-    video_of_frame = torch.repeat_interleave(frames_per_video)
-    frames = video_grid.index_select(0, video_of_frame)
+    video_of_frame = np.repeat(np.arange(frames_per_video.size), frames_per_video)
+    frames = video_grid[video_of_frame]
     frames[:, 0] = 1
     return frames, video_of_frame
 
 
-def _seconds_per_grid(
-    second_per_grid_ts: FloatsLike | None, num_videos: int, device: torch.device
-) -> torch.Tensor | None:
-    """``[num_videos]`` float seconds per temporal patch; float32 unless given as a float64 tensor."""
+def _seconds_per_grid(second_per_grid_ts: FloatsLike | None, num_videos: int) -> torch.Tensor | None:
+    """``[num_videos]`` float CPU tensor of seconds per temporal patch; float32 unless given as a float64 tensor."""
     if second_per_grid_ts is None:
         return None
     if isinstance(second_per_grid_ts, torch.Tensor):
         dtype = second_per_grid_ts.dtype if second_per_grid_ts.is_floating_point() else torch.float32
-        seconds = second_per_grid_ts.to(device=device, dtype=dtype).reshape(-1)
+        seconds = second_per_grid_ts.to(device="cpu", dtype=dtype).reshape(-1)
     else:
         try:
-            seconds = torch.as_tensor(second_per_grid_ts, dtype=torch.float32, device=device).reshape(-1)
+            seconds = torch.as_tensor(second_per_grid_ts, dtype=torch.float32).reshape(-1)
         except (TypeError, ValueError, RuntimeError) as exc:
             raise InvalidInput(
                 f"second_per_grid_ts must be a list of numbers: {exc}", field="second_per_grid_ts"
@@ -290,19 +296,16 @@ def _seconds_per_grid(
 
 
 def _merge_grids(
-    grids: torch.Tensor, grid_runs: torch.Tensor, merge: int, error: _RunErrors, grid_name: _GridNames
-) -> torch.Tensor:
+    grids: np.ndarray, grid_runs: np.ndarray, merge: int, error: _RunErrors, grid_name: _GridNames
+) -> np.ndarray:
     """``[n, 3]`` patch grids -> merged ``(t, h / merge, w / merge)``; raises for the first empty or ragged grid,
     naming the run it was assigned to (``grid_runs[i]``)."""
-    if grids.numel() == 0:
+    if grids.size == 0:
         return grids
-    spatial = grids[:, 1:]
-    if int(grids.min()) >= 1 and int((spatial % merge).max()) == 0:
-        merged = grids.clone()
-        merged[:, 1:] //= merge
+    merged, remainder = np.divmod(grids, (1, merge, merge))
+    if int(grids.min()) >= 1 and not remainder.any():
         return merged
-    bad = (grids < 1).any(dim=1) | (spatial % merge != 0).any(dim=1)
-    index = int(bad.nonzero()[0, 0])
+    index = int(np.flatnonzero((grids < 1).any(axis=1) | remainder.any(axis=1))[0])
     grid_text = grids[index].tolist()
     problem = (
         "has a zero or negative size"
@@ -317,7 +320,7 @@ class _GridNames:
     """Names vision grid ``i`` (images first, then videos or video frames) for error messages."""
 
     num_images: int
-    video_of_grid: torch.Tensor | None
+    video_of_grid: np.ndarray | None
 
     def __call__(self, index: int) -> str:
         if index < self.num_images:
@@ -328,12 +331,12 @@ class _GridNames:
         return f"video_grid_thw[{int(self.video_of_grid[video])}] (frame {video})"
 
 
-def _check_token_counts(thw: torch.Tensor, runs: _Runs, merge: int, error: _RunErrors) -> None:
+def _check_token_counts(thw: np.ndarray, runs: _Runs, merge: int, error: _RunErrors) -> None:
     """Every run must hold ``t * h * w`` tokens of its merged grid (true by construction for text and padding)."""
-    needed = thw.prod(dim=1, dtype=torch.float64)  # no overflow, and exact whenever it could equal a token count
+    needed = thw.prod(axis=1, dtype=np.float64)  # no overflow, and exact whenever it could equal a token count
     mismatch = needed != runs.length
-    if bool(mismatch.any()):
-        run = int(mismatch.nonzero()[0, 0])
+    if mismatch.any():
+        run = int(np.flatnonzero(mismatch)[0])
         t, h, w = thw[run].tolist()
         raise error(
             run,
@@ -343,24 +346,25 @@ def _check_token_counts(thw: torch.Tensor, runs: _Runs, merge: int, error: _RunE
 
 
 def _time_steps(
-    runs: _Runs,
-    video_runs: torch.Tensor,
-    video_of_grid: torch.Tensor | None,
+    num_runs: int,
+    video_runs: np.ndarray,
+    video_of_grid: np.ndarray | None,
     seconds: torch.Tensor | None,
     tokens_per_second: float,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Qwen2.5-VL: ``[G]`` T step per frame (``tokens_per_second * second_per_grid_t`` for videos, 1 otherwise)
-    and ``[G]`` seconds of each run when given."""
+    and ``[G]`` seconds of each run when given; computed in torch, as transformers does."""
     dtype = torch.float32 if seconds is None else seconds.dtype
-    steps = torch.ones(runs.kind.numel(), dtype=dtype, device=runs.kind.device)
+    steps = torch.ones(num_runs, dtype=dtype)
+    video_run_ids = torch.from_numpy(video_runs)
     if seconds is None:
-        steps[video_runs] = tokens_per_second
-        return steps, None
-    video_seconds = seconds if video_of_grid is None else seconds.index_select(0, video_of_grid)
-    steps[video_runs] = video_seconds * tokens_per_second
+        steps[video_run_ids] = tokens_per_second
+        return steps.numpy(), None
+    video_seconds = seconds if video_of_grid is None else seconds.index_select(0, torch.from_numpy(video_of_grid))
+    steps[video_run_ids] = video_seconds * tokens_per_second
     run_seconds = torch.zeros_like(steps)
-    run_seconds[video_runs] = video_seconds
-    return steps, run_seconds
+    run_seconds[video_run_ids] = video_seconds
+    return steps.numpy(), run_seconds.numpy()
 
 
 def analyse_tokens(
@@ -378,20 +382,19 @@ def analyse_tokens(
     """Validate token-level input and turn it into blocks (grids consumed in batch order, as transformers does)."""
     family = settings.family
     rule = family.temporal_rule
-    types = _token_types(
+    types, device = _token_types(
         mm_token_type_ids,
         input_ids,
         family.image_token_id if image_token_id is None else image_token_id,
         family.video_token_id if video_token_id is None else video_token_id,
     )
-    device = types.device
     mask, row_lengths = _mask_and_lengths(attention_mask, types)
-    has_padding = int(row_lengths.sum()) != types.numel()
+    has_padding = int(row_lengths.sum()) != types.size
     runs = _find_runs(types, mask if has_padding else None)
     error = _RunErrors(runs)
 
-    image_grid = _grid_tensor(image_grid_thw, "image_grid_thw", device)
-    video_grid = _grid_tensor(video_grid_thw, "video_grid_thw", device)
+    image_grid = _grid_array(image_grid_thw, "image_grid_thw")
+    video_grid = _grid_array(video_grid_thw, "video_grid_thw")
     num_videos = video_grid.shape[0]
     video_of_grid = None
     if rule.splits_video_frames:
@@ -401,35 +404,36 @@ def analyse_tokens(
     video_runs = _assign_grids(runs, VIDEO_TOKEN, video_grid, video_of_grid, "video_grid_thw", error, video_unit)
 
     merge = settings.spatial_merge_size
-    vision_runs = torch.cat([image_runs, video_runs])
+    vision_runs = np.concatenate([image_runs, video_runs])
     merged = _merge_grids(
-        torch.cat([image_grid, video_grid]),
+        np.concatenate([image_grid, video_grid]),
         vision_runs,
         merge,
         error,
         _GridNames(image_grid.shape[0], video_of_grid),
     )
-    thw = torch.ones((runs.length.numel(), 3), dtype=torch.long, device=device)
+    thw = np.ones((runs.length.size, 3), dtype=np.int64)
     thw[:, 2] = runs.length
-    thw.index_copy_(0, vision_runs, merged)
+    thw[vision_runs] = merged
     _check_token_counts(thw, runs, merge, error)
 
     time_step, run_seconds = None, None
     if rule.scales_by_seconds:
-        seconds = _seconds_per_grid(second_per_grid_ts, num_videos, device)
+        seconds = _seconds_per_grid(second_per_grid_ts, num_videos)
         assert settings.tokens_per_second is not None
-        time_step, run_seconds = _time_steps(runs, video_runs, video_of_grid, seconds, settings.tokens_per_second)
+        time_step, run_seconds = _time_steps(
+            runs.length.size, video_runs, video_of_grid, seconds, settings.tokens_per_second
+        )
     blocks = Blocks(row=runs.row, kind=runs.kind, thw=thw, time_step=time_step, has_padding=has_padding)
-    return TokenBlocks(blocks, mask, row_lengths, merge, run_seconds)
+    return TokenBlocks(blocks, mask, row_lengths, device, merge, run_seconds)
 
 
-def _mask_and_lengths(attention_mask: IntsLike | None, types: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[B, L]`` bool mask (all True when None) and ``[B]`` real tokens per row."""
+def _mask_and_lengths(attention_mask: IntsLike | None, types: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``[B, L]`` bool mask (all True when None) and ``[B]`` int64 real tokens per row."""
     num_rows, width = types.shape
     if attention_mask is None:
-        mask = torch.ones(types.shape, dtype=torch.bool, device=types.device)
-        return mask, torch.full((num_rows,), width, dtype=torch.long, device=types.device)
-    mask, row_lengths = as_mask_and_lengths(attention_mask, "attention_mask", device=types.device)
+        return np.ones(types.shape, dtype=bool), np.full(num_rows, width, dtype=np.int64)
+    mask, row_lengths = as_mask_array(attention_mask, "attention_mask")
     if mask.shape != types.shape:
         raise InvalidInput(
             f"attention_mask has shape {tuple(mask.shape)} but the tokens have {tuple(types.shape)}",
@@ -484,23 +488,20 @@ def mrope_positions_from_tokens(
     fails on the merged run, while here each side is its own block, so a grid or token count error names it.
     """
     settings = resolve_settings(family, spatial_merge_size, tokens_per_second, compat)
-    with torch.inference_mode():  # see PositionPlan
-        analysis = analyse_tokens(
-            settings,
-            mm_token_type_ids=mm_token_type_ids,
-            input_ids=input_ids,
-            image_grid_thw=image_grid_thw,
-            video_grid_thw=video_grid_thw,
-            second_per_grid_ts=second_per_grid_ts,
-            attention_mask=attention_mask,
-            image_token_id=image_token_id,
-            video_token_id=video_token_id,
-        )
-        plan = plan_positions(
-            analysis.blocks, analysis.row_lengths, analysis.mask.shape[1], settings.compat, fill_value
-        )
-    position_ids, deltas = plan.expand()
-    return MRopePositions(position_ids, deltas, analysis.mask.clone())
+    analysis = analyse_tokens(
+        settings,
+        mm_token_type_ids=mm_token_type_ids,
+        input_ids=input_ids,
+        image_grid_thw=image_grid_thw,
+        video_grid_thw=video_grid_thw,
+        second_per_grid_ts=second_per_grid_ts,
+        attention_mask=attention_mask,
+        image_token_id=image_token_id,
+        video_token_id=video_token_id,
+    )
+    plan = plan_positions(analysis.blocks, analysis.row_lengths, analysis.mask.shape[1], settings.compat, fill_value)
+    position_ids, deltas = plan.expand(analysis.device)
+    return MRopePositions(position_ids, deltas, tensor_on(analysis.mask, analysis.device))
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, NotRequired, TypedDict
 
+import numpy as np
 import torch
 
 from ropeserve.errors import InvalidInput, check_limit
@@ -239,9 +240,8 @@ def _padded_blocks(
     width: int,
     padding_side: PaddingSide,
     settings: ModelSettings,
-    device: torch.device | str | None,
 ) -> Blocks:
-    """Tensor blocks tiling ``[B, width]``: each row's blocks plus one padding block on ``padding_side``."""
+    """Blocks tiling ``[B, width]``: each row's blocks plus one padding block on ``padding_side``."""
     row_ids: list[int] = []
     entries: list[tuple[int, int, int, int, float]] = []
     for row, (blocks, length) in enumerate(zip(collected.rows, row_lengths, strict=True)):
@@ -250,20 +250,26 @@ def _padded_blocks(
         entries += ordered
         row_ids += [row] * len(ordered)
     kind, t, h, w, seconds = zip(*entries, strict=True) if entries else ((), (), (), (), ())
-    kind_tensor = torch.tensor(kind, dtype=torch.long, device=device)
-    time_step = None
-    if settings.family.temporal_rule.scales_by_seconds:
-        assert settings.tokens_per_second is not None
-        seconds_tensor = torch.tensor(seconds, dtype=torch.float32, device=device)
-        video_steps = seconds_tensor * settings.tokens_per_second
-        time_step = torch.where(kind_tensor == VIDEO_TOKEN, video_steps, torch.ones_like(seconds_tensor))
+    kind_array = np.array(kind, dtype=np.int64)
     return Blocks(
-        row=torch.tensor(row_ids, dtype=torch.long, device=device),
-        kind=kind_tensor,
-        thw=torch.tensor(list(zip(t, h, w, strict=True)), dtype=torch.long, device=device).reshape(-1, 3),
-        time_step=time_step,
+        row=np.array(row_ids, dtype=np.int64),
+        kind=kind_array,
+        thw=np.array((t, h, w), dtype=np.int64).T,
+        time_step=_time_steps(kind_array, seconds, settings),
         has_padding=min(row_lengths, default=width) < width,
     )
+
+
+def _time_steps(kind: np.ndarray, seconds: tuple[float, ...], settings: ModelSettings) -> np.ndarray | None:
+    """Qwen2.5-VL: ``[G]`` float32 T step per frame (``tokens_per_second * second_per_grid_t`` for videos, 1
+    otherwise), computed in torch as transformers does; None for the other families."""
+    if not settings.family.temporal_rule.scales_by_seconds:
+        return None
+    assert settings.tokens_per_second is not None
+    seconds_tensor = torch.tensor(seconds, dtype=torch.float32)
+    video_steps = seconds_tensor * settings.tokens_per_second
+    is_video = torch.from_numpy(kind == VIDEO_TOKEN)
+    return torch.where(is_video, video_steps, torch.ones_like(seconds_tensor)).numpy()
 
 
 def _row_mask(row_lengths: list[int], padding_side: PaddingSide, device: torch.device | str | None) -> torch.Tensor:
@@ -310,11 +316,9 @@ def mrope_positions_from_segments(
     row_lengths = collected.row_lengths
     width = max(row_lengths, default=0)
     check_element_limit(len(rows) * width, max_tokens, "M-RoPE position slots", "rows")
-    with torch.inference_mode():  # see PositionPlan
-        blocks = _padded_blocks(collected, row_lengths, width, padding_side, settings, device)
-        lengths = torch.tensor(row_lengths, dtype=torch.long, device=device)
-        plan = plan_positions(blocks, lengths, width, settings.compat, fill_value)
-    position_ids, deltas = plan.expand()
+    blocks = _padded_blocks(collected, row_lengths, width, padding_side, settings)
+    plan = plan_positions(blocks, np.array(row_lengths, dtype=np.int64), width, settings.compat, fill_value)
+    position_ids, deltas = plan.expand(device)
     return MRopePositions(position_ids, deltas, _row_mask(row_lengths, padding_side, device))
 
 
