@@ -23,7 +23,7 @@ def assert_problem(response, status: int, slug: str) -> dict:
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith("application/problem+json")
     body = response.json()
-    assert PROBLEM_KEYS <= body.keys()
+    assert body.keys() >= PROBLEM_KEYS
     assert body["status"] == status
     assert body["type"].endswith("/" + slug)
     return body

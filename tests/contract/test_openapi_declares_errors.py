@@ -8,9 +8,7 @@ from ropeserve.api import create_app
 from ropeserve.settings import Settings
 
 SCHEMA = create_app(Settings(access_log=False)).openapi()
-POST_OPERATIONS = [
-    (path, item["post"]) for path, item in SCHEMA["paths"].items() if "post" in item
-]
+POST_OPERATIONS = [(path, item["post"]) for path, item in SCHEMA["paths"].items() if "post" in item]
 
 
 def test_there_are_post_operations() -> None:

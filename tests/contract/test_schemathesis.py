@@ -22,7 +22,9 @@ from ropeserve.settings import Settings
 EXAMPLES_PER_OPERATION = int(os.environ.get("ROPESERVE_FUZZ_EXAMPLES", "80"))
 TENSOR_NAMES = ("q", "k", "positions", "table")
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32)
-JSON_SCALARS = st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=False) | st.text(max_size=8)
+JSON_SCALARS = (
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=False) | st.text(max_size=8)
+)
 JSON_PARAMS = st.dictionaries(
     st.sampled_from(["preset", "rope", "layout", "pairing", "source_grid", "target_grid", "mode", "prefix_rows"]),
     JSON_SCALARS | st.lists(st.integers(0, 64), max_size=3),
@@ -38,7 +40,9 @@ def safetensors_files(draw: st.DrawFn) -> bytes:
         shape = draw(st.lists(st.integers(0, 6), min_size=1, max_size=4))
         dtype = draw(st.sampled_from(DTYPES))
         tensors[name] = (torch.randn(shape) * 8).to(dtype)
-    params = draw(JSON_PARAMS | st.sampled_from([{"preset": "llama-3.1-8b"}, {"source_grid": [2, 2], "target_grid": [3, 3]}]))
+    params = draw(
+        JSON_PARAMS | st.sampled_from([{"preset": "llama-3.1-8b"}, {"source_grid": [2, 2], "target_grid": [3, 3]}])
+    )
     return save(tensors, metadata={"ropeserve": json.dumps(params)})
 
 
