@@ -16,6 +16,7 @@ from ropeserve.cli_lint import EXIT_FINDINGS, add_lint_commands
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
+    from pydantic import ValidationError
 
     from ropeserve.api import create_app
     from ropeserve.api.app import DrainingServer
@@ -26,7 +27,12 @@ def _serve(args: argparse.Namespace) -> int:
         for key, value in {"host": args.host, "port": args.port, "device": args.device}.items()
         if value is not None
     }
-    settings = Settings(**overrides)
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as error:
+        problems = "; ".join(f"ROPESERVE_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in error.errors())
+        print(f"ropeserve serve: invalid settings: {problems}", file=sys.stderr)
+        return 2
     app = create_app(settings)
     config = uvicorn.Config(
         app,

@@ -1,0 +1,30 @@
+"""``ropeserve serve`` refuses invalid settings with one line and exit status 2, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"ROPESERVE_PORT": "abc"}, "ROPESERVE_PORT"),
+        ({"ROPESERVE_BATCH_QUEUE_SIZE": "0"}, "ROPESERVE_BATCH_QUEUE_SIZE"),
+    ],
+)
+def test_invalid_settings_exit_two_with_one_line(env: dict[str, str], named: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "ropeserve.cli", "serve"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0]
