@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 from ropeserve.api.negotiation import TENSOR_RESPONSES, tensor_response
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.runtime import RuntimeDep
-from ropeserve.api.schemas import DTYPES, DtypeName, PairingName, RopeSource, StrictModel
+from ropeserve.api.schemas import DTYPES, DtypeName, PairingName, RopeSource, StrictModel, require_exactly_one
 from ropeserve.config import preset_config
 from ropeserve.config.normalize import MAX_HEAD_DIM
 from ropeserve.errors import InvalidInput, check_limit
@@ -45,13 +45,6 @@ IntMatrix = list[list[int]]
 Compat = Literal["transformers5", "transformers4"]
 
 
-def _one_of(model: StrictModel, names: tuple[str, ...]) -> str:
-    given = [name for name in names if getattr(model, name) is not None]
-    if len(given) != 1:
-        raise ValueError(f"give exactly one of {', '.join(names)} (got {given or 'none'})")
-    return given[0]
-
-
 class PositionsRequest(StrictModel):
     """1-D positions. Modes: ``attention_mask`` (padded batch), ``segment_lengths``/``cu_seqlens`` (packed),
     ``cache_lengths`` (the next ``num_new`` decode positions)."""
@@ -67,7 +60,7 @@ class PositionsRequest(StrictModel):
 
     @model_validator(mode="after")
     def _one_mode(self) -> PositionsRequest:
-        _one_of(self, ("attention_mask", "segment_lengths", "cu_seqlens", "cache_lengths"))
+        require_exactly_one(self, ("attention_mask", "segment_lengths", "cu_seqlens", "cache_lengths"))
         return self
 
 
@@ -158,7 +151,7 @@ class MRopePositionsRequest(MRopeModel):
 
     @model_validator(mode="after")
     def _one_form(self) -> MRopePositionsRequest:
-        _one_of(self, ("rows", "mm_token_type_ids", "input_ids"))
+        require_exactly_one(self, ("rows", "mm_token_type_ids", "input_ids"))
         return self
 
     def tokens(self) -> int:

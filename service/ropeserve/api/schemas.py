@@ -21,6 +21,14 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+def require_exactly_one(model: BaseModel, names: tuple[str, ...]) -> str:
+    """The one field of ``names`` that ``model`` sets; ValueError (a 422 in validators) otherwise."""
+    given = [name for name in names if getattr(model, name) is not None]
+    if len(given) != 1:
+        raise ValueError(f"give exactly one of {', '.join(names)} (got {given or 'none'})")
+    return given[0]
+
+
 class RopeSource(StrictModel):
     """Where rope parameters come from: exactly one of ``config``, ``preset`` or ``rope``."""
 
@@ -40,9 +48,7 @@ class RopeSource(StrictModel):
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> RopeSource:
-        given = [name for name in ("config", "preset", "rope") if getattr(self, name) is not None]
-        if len(given) != 1:
-            raise ValueError(f"give exactly one of config, preset or rope (got {given or 'none'})")
+        require_exactly_one(self, ("config", "preset", "rope"))
         return self
 
     def resolve(self) -> tuple[RopeParams, str]:
