@@ -36,7 +36,9 @@ class Settings(BaseSettings):
     json_response_max_elements: int = Field(
         65_536, ge=1, description="Larger results are only served as safetensors (Accept header)."
     )
-    table_cache_entries: int = Field(64, ge=1, description="Bounded LRU of cached inv_freq/cos/sin tables.")
+    table_cache_entries: int = Field(
+        32, ge=1, description="Bounded LRU of cached cos/sin tables (each at most 64 MiB; 2 GiB worst case)."
+    )
 
     batching: bool = Field(True, description="Concatenate compatible concurrent rotation requests.")
     batch_max_tokens: int = Field(65_536, ge=1, description="Token budget of one fused rotation call.")
