@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 from fastapi.testclient import TestClient
+from positions_oracle import hf_get_rope_index, render_tokens
 from safetensors.torch import load
 
 from ropeserve.api import create_app
 from ropeserve.config import normalize_config, preset_config
 from ropeserve.rope import mrope_cos_sin, vision_cos_sin
 from ropeserve.settings import Settings
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "positions"))
-from positions_oracle import hf_get_rope_index, render_tokens  # noqa: E402
 
 ROWS = [
     [{"text": 3}, {"image": [1, 4, 6]}, {"text": 2}, {"video": [4, 4, 8], "second_per_grid_t": 0.5}, {"text": 4}],

@@ -6,52 +6,38 @@ and the ``inv_freq``/attention factor its rotary module registers at init.
 
 from __future__ import annotations
 
-import copy
-import json
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoConfig, PreTrainedConfig
-from transformers.models.cohere.modeling_cohere import CohereRotaryEmbedding
-from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3RotaryEmbedding
-from transformers.models.gemma3.modeling_gemma3 import Gemma3RotaryEmbedding
-from transformers.models.glm.modeling_glm import GlmRotaryEmbedding
-from transformers.models.glm4v.modeling_glm4v import Glm4vTextRotaryEmbedding
-from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding
-from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
-from transformers.models.mistral.modeling_mistral import MistralRotaryEmbedding
-from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding
-from transformers.models.qwen2.modeling_qwen2 import Qwen2RotaryEmbedding
-from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLRotaryEmbedding
-from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding
-from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
-from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5TextRotaryEmbedding
-from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding
+from hf_oracle import (
+    FIXTURE_DIR,
+    ROTARY_BY_TEXT_MODEL_TYPE,
+    hf_rotary,
+    hf_text_config,
+    load_fixture,
+    with_rope_scaling,
+)
+from transformers import PreTrainedConfig
 
 from ropeserve.config import RopeParams
 
-FIXTURE_DIR = Path(__file__).resolve().parents[2] / "fixtures" / "configs"
+__all__ = [
+    "FIXTURE_DIR",
+    "LONG_CONTEXT_TYPES",
+    "MROPE_SECTION_DEFAULTS",
+    "ROTARY_BY_TEXT_MODEL_TYPE",
+    "assert_params_match_hf",
+    "full_config_fixtures",
+    "hf_head_dim",
+    "hf_init_inv_freq",
+    "hf_rope_entries",
+    "hf_text_config",
+    "load_fixture",
+    "with_rope_scaling",
+]
+
 LONG_CONTEXT_TYPES = {"llama3", "yarn", "longrope"}
 
-ROTARY_BY_TEXT_MODEL_TYPE: dict[str, type[torch.nn.Module]] = {
-    "llama": LlamaRotaryEmbedding,
-    "mistral": MistralRotaryEmbedding,
-    "qwen2": Qwen2RotaryEmbedding,
-    "qwen3": Qwen3RotaryEmbedding,
-    "phi3": Phi3RotaryEmbedding,
-    "glm": GlmRotaryEmbedding,
-    "cohere": CohereRotaryEmbedding,
-    "gpt_neox": GPTNeoXRotaryEmbedding,
-    "deepseek_v3": DeepseekV3RotaryEmbedding,
-    "gemma3_text": Gemma3RotaryEmbedding,
-    "qwen2_vl_text": Qwen2VLRotaryEmbedding,
-    "qwen2_5_vl_text": Qwen2_5_VLRotaryEmbedding,
-    "qwen3_vl_text": Qwen3VLTextRotaryEmbedding,
-    "qwen3_5_text": Qwen3_5TextRotaryEmbedding,
-    "glm4v_text": Glm4vTextRotaryEmbedding,
-}
 MROPE_SECTION_DEFAULTS = {
     "qwen2_vl_text": [16, 24, 24],
     "qwen2_5_vl_text": [16, 24, 24],
@@ -63,34 +49,9 @@ MROPE_SECTION_DEFAULTS = {
 }
 
 
-@cache
-def _fixture_text(name: str) -> str:
-    return (FIXTURE_DIR / name).read_text(encoding="utf-8")
-
-
-def load_fixture(name: str) -> dict[str, Any]:
-    """A fresh copy of ``tests/fixtures/configs/<name>``."""
-    return json.loads(_fixture_text(name))
-
-
 def full_config_fixtures() -> list[str]:
     """Names of the fixture files that are whole config.json files (not snippets)."""
     return sorted(path.name for path in FIXTURE_DIR.glob("*.json") if "snippet" not in path.name)
-
-
-def with_yarn_snippet(base_name: str, snippet_name: str) -> dict[str, Any]:
-    """A base config with a model card's long-context block added (as the card tells users to do)."""
-    config = load_fixture(base_name)
-    snippet = load_fixture(snippet_name)
-    config["rope_scaling"] = snippet.get("rope_scaling", snippet)
-    return config
-
-
-def hf_text_config(config: dict[str, Any]) -> PreTrainedConfig:
-    """The text-model config transformers builds from ``config`` (``AutoConfig.for_model``)."""
-    kwargs = copy.deepcopy(config)
-    model_type = kwargs.pop("model_type", "llama")
-    return AutoConfig.for_model(model_type, **kwargs).get_text_config()
 
 
 def hf_rope_entries(text: PreTrainedConfig) -> dict[str, dict[str, Any] | None]:
@@ -111,11 +72,6 @@ def hf_rope_entries(text: PreTrainedConfig) -> dict[str, dict[str, Any] | None]:
 def hf_head_dim(text: PreTrainedConfig) -> int:
     """The head size the rotary init functions read (``head_dim`` if truthy, else ``hidden // heads``)."""
     return getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-
-
-def hf_rotary(text: PreTrainedConfig) -> torch.nn.Module:
-    """The text model's rotary embedding module, freshly built (its buffers hold the init values)."""
-    return ROTARY_BY_TEXT_MODEL_TYPE[text.model_type](text)
 
 
 def hf_init_inv_freq(text: PreTrainedConfig) -> dict[str, tuple[torch.Tensor, float]]:

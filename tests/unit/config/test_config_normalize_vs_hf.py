@@ -22,7 +22,7 @@ from config_oracle import (
     hf_rope_entries,
     hf_text_config,
     load_fixture,
-    with_yarn_snippet,
+    with_rope_scaling,
 )
 from transformers import CONFIG_MAPPING
 
@@ -45,7 +45,7 @@ YARN_SNIPPETS = {
 
 def real_configs() -> dict[str, dict[str, Any]]:
     configs = {name: load_fixture(name) for name in full_config_fixtures()}
-    configs.update({name: with_yarn_snippet(*files) for name, files in YARN_SNIPPETS.items()})
+    configs.update({name: with_rope_scaling(*files) for name, files in YARN_SNIPPETS.items()})
     return configs
 
 
