@@ -65,11 +65,7 @@ def test_token_form_matches_transformers(family: str, data: st.DataObject) -> No
     expected_ids, expected_deltas = hf_get_rope_index(
         family,
         input_ids=batch.input_ids,
-        mm_token_type_ids=batch.mm_token_type_ids,
-        image_grid_thw=batch.image_grid_thw,
-        video_grid_thw=batch.video_grid_thw,
-        attention_mask=batch.attention_mask,
-        second_per_grid_ts=batch.second_per_grid_ts,
+        **batch.kwargs(),
         spatial_merge_size=case["merge"],
         tokens_per_second=case["tps"],
     )
@@ -152,11 +148,7 @@ def test_reference_agrees_with_transformers(family: str, data: st.DataObject) ->
     expected_ids, expected_deltas = hf_get_rope_index(
         family,
         input_ids=batch.input_ids,
-        mm_token_type_ids=batch.mm_token_type_ids,
-        image_grid_thw=batch.image_grid_thw,
-        video_grid_thw=batch.video_grid_thw,
-        attention_mask=batch.attention_mask,
-        second_per_grid_ts=batch.second_per_grid_ts,
+        **batch.kwargs(),
         spatial_merge_size=case["merge"],
         tokens_per_second=case["tps"],
     )
