@@ -7,8 +7,9 @@
 #
 # The CPU variant installs torch from the PyTorch CPU wheel index (no multi-GB CUDA build); the CUDA
 # variant installs the CUDA wheel of the same torch version plus triton (the `gpu` extra). The final
-# stage copies only the virtual environment: no compiler, pip cache or source tree, except that the
-# CUDA variant keeps a C compiler and Python headers, which triton needs to build its launcher at run time.
+# stage copies only the virtual environment (no pip cache or source tree) and keeps a C compiler: the CPU
+# rotation kernel is compiled for the host's CPU at start-up (-march=native, so it cannot be built into the
+# image) into ROPESERVE_KERNEL_CACHE, and triton builds its launcher at run time on CUDA.
 
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
@@ -24,7 +25,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # hadolint ignore=DL3008
 RUN packages=(); \
     command -v python3 >/dev/null || packages+=(python3 python3-venv python3-dev); \
-    if [ "$VARIANT" = cuda ]; then packages+=(gcc libc6-dev); fi; \
+    command -v cc >/dev/null || packages+=(gcc libc6-dev); \
     if [ "${#packages[@]}" -gt 0 ]; then \
       apt-get update \
       && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${packages[@]}" \
@@ -62,7 +63,8 @@ ENV PATH=/opt/venv/bin:$PATH \
     ROPESERVE_HOST=0.0.0.0 \
     ROPESERVE_PORT=8000 \
     ROPESERVE_DEVICE=auto \
-    TRITON_CACHE_DIR=/tmp/triton
+    TRITON_CACHE_DIR=/tmp/triton \
+    ROPESERVE_KERNEL_CACHE=/tmp/ropeserve-kernels
 WORKDIR /home/ropeserve
 USER 10001:10001
 EXPOSE 8000

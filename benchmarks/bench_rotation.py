@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_rotation.py [--rounds N] [--compile] [--skip-http] [--skip-batching]
 
 1. In process, CPU, float32 and bfloat16, T=8192, 28 q heads, 4 kv heads, head_dim 128 ([B,H,T,D]): transformers' eager
-   path (Qwen2RotaryEmbedding cos/sin + apply_rotary_pos_emb), the native and fused kernels (cos/sin lookup
+   path (Qwen2RotaryEmbedding cos/sin + apply_rotary_pos_emb), the native, fused and C kernels (cos/sin lookup
    included), optionally a naive torch.compile of the eager formula, each against a plain copy of the same Q/K
    bytes (``torch.empty_like(x).copy_(x)``). Every round times the copy and the candidate back to back; the
    median of the per-round ratios is printed, so machine noise hits both sides.
@@ -69,7 +69,7 @@ def in_process_candidates(
     rotary = Qwen2RotaryEmbedding(config)
     table = TableCache().get(from_explicit(ROPE), None, torch.device("cpu"))
     spec = RotationSpec(HEAD_DIM)
-    kernels = {name: get_kernel(name) for name in ("native", "fused")}
+    kernels = {name: get_kernel(name) for name in ("native", "fused", "c")}
     q_work, k_work = q.clone(), k.clone()
 
     def transformers_eager() -> object:
@@ -81,6 +81,8 @@ def in_process_candidates(
         "ropeserve native": lambda: kernels["native"](q, k, positions, table, spec),
         "ropeserve fused": lambda: kernels["fused"](q, k, positions, table, spec),
         "ropeserve fused, in place": lambda: kernels["fused"](q_work, k_work, positions, table, spec, inplace=True),
+        "ropeserve c": lambda: kernels["c"](q, k, positions, table, spec),
+        "ropeserve c, in place": lambda: kernels["c"](q_work, k_work, positions, table, spec, inplace=True),
     }
     if with_compile:
         compiled = torch.compile(apply_rotary_pos_emb)

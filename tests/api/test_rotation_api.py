@@ -18,6 +18,7 @@ from safetensors.torch import load, save
 
 from ropeserve.api import create_app, routes_rotation
 from ropeserve.config import normalize_config, preset_config
+from ropeserve.kernels import select_kernel
 from ropeserve.rope import apply_rotary, mrope_cos_sin, rope_cos_sin
 from ropeserve.settings import Settings
 
@@ -80,9 +81,16 @@ def test_metadata_reports_kernel_and_timings(client: TestClient) -> None:
     raw = response.content
     header = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])
     meta = json.loads(header["__metadata__"]["ropeserve"])
-    assert meta["kernel"] == client.get("/v1/info").json()["kernel"] == "fused"
+    assert meta["kernel"] == client.get("/v1/info").json()["kernel"] == select_kernel("cpu")
     assert {"read_s", "decode_s", "prepare_s", "queue_s", "compute_s", "total_s"} <= set(meta["timings"])
     assert set(header) == {"__metadata__", "q"}
+
+
+def test_info_says_which_kernels_could_serve_and_why_not(client: TestClient) -> None:
+    kernels = client.get("/v1/info").json()["kernels"]
+    assert kernels["c"] == {"description": kernels["c"]["description"], "available": True, "reason": None}
+    assert kernels["fused"]["available"] and kernels["native"]["available"]
+    assert kernels["triton"]["available"] is False and kernels["triton"]["reason"] == "serves cuda, not cpu"
 
 
 def test_mrope_apply_with_a_preset(client: TestClient) -> None:

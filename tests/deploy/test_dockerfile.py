@@ -109,3 +109,15 @@ def test_build_context_holds_only_what_the_image_copies(dockerfile) -> None:
     }
     assert sources and sources <= included, sources - included
     assert all((REPO / path).exists() for path in included)
+
+
+def test_runtime_can_build_the_cpu_kernel_into_a_writable_cache(dockerfile) -> None:
+    """The C kernel is compiled for the host CPU at start-up: the runtime's base stage installs a compiler
+    whenever the base image lacks one, and the cache lies under /tmp (writable with readOnlyRootFilesystem)."""
+    _, stages = dockerfile
+    by_name = {stage.name: stage for stage in stages}
+    runtime = by_name["runtime"]
+    assert runtime.base == "base"
+    assert any("command -v cc" in run and "gcc libc6-dev" in run for run in by_name["base"].values("RUN"))
+    env = " ".join(runtime.values("ENV"))
+    assert re.search(r"ROPESERVE_KERNEL_CACHE=/tmp/\S+", env), env

@@ -54,6 +54,7 @@ def info(runtime: RuntimeDep) -> JSONResponse:
         "version": __version__,
         "device": str(runtime.device),
         "kernel": runtime.extensions.get("kernel", "native"),
+        "kernels": runtime.extensions.get("kernels", {}),
         "rope_types": sorted(ROPE_TYPES),
         "pairings": list(PAIRINGS),
         "layouts": LAYOUTS,

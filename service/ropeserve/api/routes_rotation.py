@@ -174,6 +174,7 @@ def install(app: FastAPI, kernel: str | None = None) -> RotationService:
     )
     runtime.extensions["rotation"] = service
     runtime.extensions["kernel"] = service.kernel_name
+    runtime.extensions["kernels"] = service.kernel_report()
     hooks = runtime.extensions
     hooks.setdefault("startups", []).append(lambda _: service.start())  # type: ignore[union-attr]
     hooks.setdefault("warmups", []).append(lambda _: service.warm_up())  # type: ignore[union-attr]

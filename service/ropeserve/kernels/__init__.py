@@ -1,6 +1,14 @@
-"""Rotation kernels behind one interface (``RotateFn``): native reference, fused CPU, Triton."""
+"""Rotation kernels behind one interface (``RotateFn``): native reference, fused torch ops, one-pass C, Triton."""
 
-from ropeserve.kernels.registry import KERNELS, KernelInfo, get_kernel, register_kernel, rotate_qk, select_kernel
+from ropeserve.kernels.registry import (
+    KERNELS,
+    KernelInfo,
+    get_kernel,
+    kernel_report,
+    register_kernel,
+    rotate_qk,
+    select_kernel,
+)
 from ropeserve.kernels.spec import MropeSpec, RotateFn, RotationSpec
 
 __all__ = [
@@ -10,6 +18,7 @@ __all__ = [
     "RotateFn",
     "RotationSpec",
     "get_kernel",
+    "kernel_report",
     "register_kernel",
     "rotate_qk",
     "select_kernel",

@@ -24,15 +24,13 @@ the copy time out of place against 1.2× this way.
 from __future__ import annotations
 
 import itertools
-import os
-import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 
 import torch
 
-from ropeserve.kernels.prep import half_cos_sin, prepare, token_major
+from ropeserve.kernels.prep import half_cos_sin, prepare, row_blocks, token_major
 from ropeserve.kernels.spec import RotationSpec
+from ropeserve.kernels.threads import run_on_all_threads
 from ropeserve.rope.tables import Pairing, RopeTable, expand_pairing
 
 GRAIN_ELEMENTS = 32_768
@@ -71,25 +69,9 @@ def _rotate_tensor(
     """Rotate ``x`` (token-major view ``x4`` [B, T, H, D]) by cos/sin [B, T, r] into x or a new tensor."""
     out = x if inplace else torch.empty_like(x)
     out4 = x4 if inplace else token_major(out, spec.layout, spec.head_dim, "out")
-    for rows_in, rows_out, rows_cos, rows_sin in _row_blocks(x4, out4, cos, sin):
+    for rows_in, rows_out, rows_cos, rows_sin in row_blocks(x4, out4, cos, sin):
         _rotate_rows(rows_in, rows_out, rows_cos, rows_sin, spec.pairing, copy=not inplace)
     return out
-
-
-def _row_blocks(
-    x4: torch.Tensor, out4: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """[B, T, H, D] views as blocks of rows [N, H, D] with cos/sin [N, r]: one block when B·T merges."""
-    if _merges_batch(x4) and _merges_batch(out4):
-        yield x4.flatten(0, 1), out4.flatten(0, 1), cos.flatten(0, 1), sin.flatten(0, 1)
-        return
-    yield from zip(x4.unbind(0), out4.unbind(0), cos.unbind(0), sin.unbind(0), strict=True)
-
-
-def _merges_batch(x4: torch.Tensor) -> bool:
-    """Whether batch and token dims of a [B, T, H, D] view flatten into one strided dim without a copy."""
-    batch, tokens = x4.shape[:2]
-    return batch == 1 or tokens == 1 or x4.stride(0) == tokens * x4.stride(1)
 
 
 def _rotate_rows(
@@ -131,25 +113,4 @@ def _rotate_rows(
             x_first.sub_(part_second)
             x_second.add_(part_first)
 
-    _on_all_threads(drain, len(chunks))
-
-
-_POOL: list[ThreadPoolExecutor] = []
-_POOL_LOCK = threading.Lock()
-
-
-def _pool() -> ThreadPoolExecutor:
-    """The helper threads (one fewer than the cores), created on first use."""
-    with _POOL_LOCK:
-        if not _POOL:
-            workers = max(1, (os.cpu_count() or 1) - 1)
-            _POOL.append(ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ropeserve-fused"))
-        return _POOL[0]
-
-
-def _on_all_threads(drain: Callable[[], None], tasks: int) -> None:
-    """Run ``drain`` in the calling thread and in up to ``torch.get_num_threads() - 1`` helper threads."""
-    helpers = [_pool().submit(drain) for _ in range(min(torch.get_num_threads(), tasks) - 1)]
-    drain()
-    for helper in helpers:
-        helper.result()
+    run_on_all_threads(drain, len(chunks))

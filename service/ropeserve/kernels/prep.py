@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +20,7 @@ __all__ = [
     "position_grid",
     "prepare",
     "rotary_dim_of",
+    "row_blocks",
     "token_major",
 ]
 
@@ -95,3 +97,19 @@ def half_cos_sin(table: RopeTable, grid: torch.Tensor, mrope: MropeSpec | None) 
     slots = cos.shape[-1]
     pick = mrope.slot_axes(slots).to(cos.device).expand(1, *cos.shape[1:])
     return cos.gather(0, pick)[0], sin.gather(0, pick)[0]
+
+
+def row_blocks(
+    x4: torch.Tensor, out4: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """[B, T, H, D] views as blocks of rows [N, H, D] with cos/sin [N, r]: one block when B·T merges."""
+    if _merges_batch(x4) and _merges_batch(out4):
+        yield x4.flatten(0, 1), out4.flatten(0, 1), cos.flatten(0, 1), sin.flatten(0, 1)
+        return
+    yield from zip(x4.unbind(0), out4.unbind(0), cos.unbind(0), sin.unbind(0), strict=True)
+
+
+def _merges_batch(x4: torch.Tensor) -> bool:
+    """Whether batch and token dims of a [B, T, H, D] view flatten into one strided dim without a copy."""
+    batch, tokens = x4.shape[:2]
+    return batch == 1 or tokens == 1 or x4.stride(0) == tokens * x4.stride(1)

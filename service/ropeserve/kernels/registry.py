@@ -10,6 +10,7 @@ import importlib
 import importlib.util
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import torch
 
@@ -26,14 +27,25 @@ class KernelInfo:
     devices: frozenset[str]
     requires: tuple[str, ...] = ()
     description: str = ""
+    probe: str | None = None
+    """``module:function`` returning why the kernel cannot work here (e.g. its C library does not build), or
+    None when it can; no probe: nothing beyond device and modules to check."""
+
+    def unavailable_reason(self, device: torch.device) -> str | None:
+        """Why this kernel cannot serve ``device`` here (device type, CUDA, modules, probe); None if it can."""
+        if device.type not in self.devices:
+            return f"serves {', '.join(sorted(self.devices))}, not {device.type}"
+        if device.type == "cuda" and not torch.cuda.is_available():
+            return "CUDA is not available"
+        missing = [module for module in self.requires if importlib.util.find_spec(module) is None]
+        if missing:
+            return f"missing module(s): {', '.join(missing)}"
+        reason: str | None = _resolve(self.probe)() if self.probe else None
+        return reason
 
     def available(self, device: torch.device) -> bool:
-        """Whether this kernel can serve ``device`` here (device type supported, modules installed)."""
-        if device.type not in self.devices:
-            return False
-        if device.type == "cuda" and not torch.cuda.is_available():
-            return False
-        return all(importlib.util.find_spec(module) is not None for module in self.requires)
+        """Whether this kernel can serve ``device`` here."""
+        return self.unavailable_reason(device) is None
 
 
 KERNELS: dict[str, KernelInfo] = {}
@@ -63,6 +75,15 @@ register_kernel(
 )
 register_kernel(
     KernelInfo(
+        "c",
+        "ropeserve.kernels.compiled:rotate_compiled",
+        frozenset({"cpu"}),
+        description="one pass in C (built for this CPU on first use): q and k rotated where they lie",
+        probe="ropeserve.kernels.compiled:unavailable_reason",
+    )
+)
+register_kernel(
+    KernelInfo(
         "triton",
         "ropeserve.kernels.triton_rope:rotate_triton",
         frozenset({"cuda"}),
@@ -71,12 +92,13 @@ register_kernel(
     )
 )
 
-PREFERENCE: dict[str, tuple[str, ...]] = {"cuda": ("triton", "fused"), "cpu": ("fused",)}
+PREFERENCE: dict[str, tuple[str, ...]] = {"cuda": ("triton", "fused"), "cpu": ("c", "fused")}
 """Kernels tried in order per device type; ``native`` serves whatever is left."""
 
 
 def select_kernel(device: torch.device | str) -> str:
-    """Name of the fastest available kernel for ``device``: triton on CUDA when importable, else fused."""
+    """Name of the fastest available kernel for ``device``: triton on CUDA when importable, c on CPU when it
+    builds, else fused."""
     device = torch.device(device)
     for name in PREFERENCE.get(device.type, ()):
         if KERNELS[name].available(device):
@@ -84,14 +106,29 @@ def select_kernel(device: torch.device | str) -> str:
     return "native"
 
 
+def kernel_report(device: torch.device | str) -> dict[str, dict[str, Any]]:
+    """Every registered kernel with its description and whether (or why not) it can serve ``device`` here."""
+    device = torch.device(device)
+    report: dict[str, dict[str, Any]] = {}
+    for name, info in KERNELS.items():
+        reason = info.unavailable_reason(device)
+        report[name] = {"description": info.description, "available": reason is None, "reason": reason}
+    return report
+
+
 @cache
 def get_kernel(name: str) -> RotateFn:
     """The kernel function registered as ``name`` (imported on first use); KeyError names the known ones."""
     if name not in KERNELS:
         raise KeyError(f"unknown kernel {name!r}; known: {sorted(KERNELS)}")
-    module_name, _, attribute = KERNELS[name].target.partition(":")
-    kernel: RotateFn = getattr(importlib.import_module(module_name), attribute)
+    kernel: RotateFn = _resolve(KERNELS[name].target)
     return kernel
+
+
+def _resolve(target: str) -> Any:
+    """The object named by ``module:attribute`` (the module imported on first use)."""
+    module_name, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
 
 
 def rotate_qk(

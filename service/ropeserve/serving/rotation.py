@@ -21,7 +21,7 @@ import torch
 from ropeserve.config import RopeParams, from_explicit, validate_params
 from ropeserve.config.normalize import factor_for_rotary_dim
 from ropeserve.errors import InvalidInput, check_limit
-from ropeserve.kernels import MropeSpec, RotationSpec, get_kernel, select_kernel
+from ropeserve.kernels import MropeSpec, RotationSpec, get_kernel, kernel_report, select_kernel
 from ropeserve.kernels.prep import RotationInputs, from_token_major, prepare, rotary_dim_of
 from ropeserve.rope.apply import Layout
 from ropeserve.rope.tables import MAX_POSITION, Pairing, RopeTable, TableCache, effective_length
@@ -125,6 +125,10 @@ class RotationService:
 
     async def start(self) -> None:
         await self.batcher.start()
+
+    def kernel_report(self) -> dict[str, dict[str, Any]]:
+        """Every registered kernel: description, and whether (or why not) it could serve this device."""
+        return kernel_report(self.device)
 
     def warm_up(self) -> None:
         """Run the kernel once per common dtype (head_dim 128, NeoX, in place) so no request pays a compile."""

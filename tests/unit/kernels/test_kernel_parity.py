@@ -1,4 +1,4 @@
-"""Native kernel vs the rope/ reference, and the fused CPU kernel vs native: bit for bit."""
+"""Native kernel vs the rope/ reference, and the CPU kernels (fused torch ops, one-pass C) vs native: bit for bit."""
 
 from __future__ import annotations
 
@@ -19,10 +19,19 @@ from kernel_cases import (
 )
 
 from ropeserve.config import from_explicit
-from ropeserve.kernels import RotationSpec, fused, get_kernel
+from ropeserve.kernels import RotationSpec, compiled, fused, get_kernel
 from ropeserve.rope import apply_rotary, mrope_cos_sin, rope_cos_sin
 
 CASES = parity_cases()
+CPU_KERNELS = ["fused", "c"]
+
+
+@pytest.fixture(params=CPU_KERNELS)
+def cpu_kernel(request: pytest.FixtureRequest) -> str:
+    """A CPU kernel under test; the C kernel must really be built here, not fall back to the fused one."""
+    if request.param == "c":
+        assert compiled.available(), "the C kernel did not build (is a C compiler installed?)"
+    return request.param
 
 
 def reference(problem: Problem, case: Case) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -46,11 +55,11 @@ def test_native_kernel_matches_rope_reference(case: Case) -> None:
 
 @pytest.mark.parametrize("inplace", [False, True], ids=["out", "inplace"])
 @pytest.mark.parametrize("case", CASES, ids=Case.id)
-def test_fused_matches_native(case: Case, inplace: bool) -> None:
+def test_cpu_kernel_matches_native(case: Case, inplace: bool, cpu_kernel: str) -> None:
     problem = build(case)
     expected = get_kernel("native")(problem.q, problem.k, problem.positions, problem.table, problem.spec)
     q_in, k_in = problem.q.clone(), None if problem.k is None else problem.k.clone()
-    q_out, k_out = get_kernel("fused")(q_in, k_in, problem.positions, problem.table, problem.spec, inplace=inplace)
+    q_out, k_out = get_kernel(cpu_kernel)(q_in, k_in, problem.positions, problem.table, problem.spec, inplace=inplace)
     assert_bitwise_equal(q_out, expected[0])
     assert_bitwise_equal(k_out, expected[1])
     assert (q_out is q_in) == inplace
@@ -59,11 +68,12 @@ def test_fused_matches_native(case: Case, inplace: bool) -> None:
 
 
 @pytest.mark.parametrize("layout", list(LAYOUT_SHAPES))
-def test_fused_crosses_chunk_boundaries(layout: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cpu_kernels_cross_chunk_boundaries(layout: str, cpu_kernel: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fused, "GRAIN_ELEMENTS", 3 * 64 * 5)  # chunks of 5 tokens × 3 heads × 64 channels
+    monkeypatch.setattr(compiled, "PIECE_BYTES", 3 * 64 * 4 * 5)  # C calls of 5 float32 rows
     problem = build(Case(layout=layout, tokens=23, q_heads=3, k_heads=1, rope="partial"))
     expected = get_kernel("native")(problem.q, problem.k, problem.positions, problem.table, problem.spec)
-    actual = get_kernel("fused")(problem.q, problem.k, problem.positions, problem.table, problem.spec)
+    actual = get_kernel(cpu_kernel)(problem.q, problem.k, problem.positions, problem.table, problem.spec)
     assert_bitwise_equal(actual[0], expected[0])
     assert_bitwise_equal(actual[1], expected[1])
 
@@ -94,12 +104,14 @@ def random_problems(draw: st.DrawFn) -> tuple[Problem, bool]:
 
 @settings(max_examples=60, deadline=None)
 @given(random_problems())
-def test_fused_matches_native_on_random_shapes(drawn: tuple[Problem, bool]) -> None:
+def test_cpu_kernels_match_native_on_random_shapes(drawn: tuple[Problem, bool]) -> None:
     problem, inplace = drawn
     expected = get_kernel("native")(problem.q, problem.k, problem.positions, problem.table, problem.spec)
-    actual = get_kernel("fused")(problem.q, problem.k, problem.positions, problem.table, problem.spec, inplace=inplace)
-    assert_bitwise_equal(actual[0], expected[0])
-    assert_bitwise_equal(actual[1], expected[1])
+    for name in CPU_KERNELS:
+        q, k = problem.q.clone(), None if problem.k is None else problem.k.clone()
+        actual = get_kernel(name)(q, k, problem.positions, problem.table, problem.spec, inplace=inplace)
+        assert_bitwise_equal(actual[0], expected[0])
+        assert_bitwise_equal(actual[1], expected[1])
 
 
 def test_mrope_with_equal_rows_is_plain_rope() -> None:
@@ -108,7 +120,7 @@ def test_mrope_with_equal_rows_is_plain_rope() -> None:
     one_row = problem.positions[0]
     three_rows = one_row.expand(3, *one_row.shape)
     plain = RotationSpec(problem.spec.head_dim, problem.spec.layout, problem.spec.pairing)
-    for name in ("native", "fused"):
+    for name in ("native", *CPU_KERNELS):
         rotated = get_kernel(name)(problem.q, problem.k, three_rows, problem.table, problem.spec)
         expected = get_kernel(name)(problem.q, problem.k, one_row, problem.table, plain)
         assert_bitwise_equal(rotated[0], expected[0])

@@ -3,24 +3,65 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
 from kernel_cases import Case, build
 
 from ropeserve.errors import InvalidInput
-from ropeserve.kernels import KERNELS, RotationSpec, get_kernel, rotate_qk, select_kernel
+from ropeserve.kernels import KERNELS, RotationSpec, cbuild, compiled, get_kernel, rotate_qk, select_kernel
 from ropeserve.kernels import registry as kernel_registry
 
 
-def test_registry_lists_the_three_kernels() -> None:
-    assert {"native", "fused", "triton"} <= set(KERNELS)
+def test_registry_lists_the_four_kernels() -> None:
+    assert {"native", "fused", "c", "triton"} <= set(KERNELS)
     assert all(info.description for info in KERNELS.values())
 
 
-def test_cpu_selects_the_fused_kernel() -> None:
+def test_cpu_selects_the_c_kernel_where_it_builds() -> None:
+    assert select_kernel("cpu") == "c"
+    assert select_kernel(torch.device("cpu")) == "c"
+
+
+@pytest.fixture
+def fresh_build(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """An empty kernel cache directory, with the build and symbol caches cleared before and after."""
+    monkeypatch.setenv("ROPESERVE_KERNEL_CACHE", str(tmp_path))
+    cbuild.load_library.cache_clear()
+    compiled.c_function.cache_clear()
+    yield tmp_path
+    cbuild.load_library.cache_clear()
+    compiled.c_function.cache_clear()
+
+
+def test_without_a_compiler_cpu_falls_back_to_fused(fresh_build: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", str(fresh_build / "no-such-cc"))
+    assert cbuild.load_library().detail.startswith("no C compiler")
     assert select_kernel("cpu") == "fused"
-    assert select_kernel(torch.device("cpu")) == "fused"
+    problem = build(Case())
+    expected = get_kernel("native")(problem.q, problem.k, problem.positions, problem.table, problem.spec)
+    actual = get_kernel("c")(problem.q, problem.k, problem.positions, problem.table, problem.spec)
+    assert torch.equal(actual[0], expected[0])
+
+
+def test_the_c_library_is_built_once_then_loaded_from_the_cache(fresh_build: Path) -> None:
+    first = cbuild.load_library()
+    assert first.library is not None and first.detail.startswith("built")
+    assert len(list(fresh_build.glob("rope_cpu-*.so"))) == 1
+    cbuild.load_library.cache_clear()
+    second = cbuild.load_library()
+    assert second.library is not None and second.detail.startswith("loaded")
+
+
+def test_a_failing_build_reports_the_compiler_error(fresh_build: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = fresh_build / "broken.c"
+    broken.write_text("this is not C;\n")
+    monkeypatch.setattr(cbuild, "SOURCE", broken)
+    result = cbuild.load_library()
+    assert result.library is None and "build failed" in result.detail and "error" in result.detail
+    assert not list(fresh_build.glob("*.so")), "no partial library is left behind"
 
 
 def test_cuda_selects_triton_when_importable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -53,7 +94,7 @@ def test_rotate_qk_dispatches_to_the_selected_kernel(monkeypatch: pytest.MonkeyP
         calls.append("spy")
         return problem.q, None
 
-    monkeypatch.setattr(kernel_registry, "get_kernel", lambda name: spy if name == "fused" else get_kernel(name))
+    monkeypatch.setattr(kernel_registry, "get_kernel", lambda name: spy if name == "c" else get_kernel(name))
     rotate_qk(problem.q, problem.k, problem.positions, problem.table, problem.spec)
     assert calls == ["spy"]
     native = rotate_qk(problem.q, problem.k, problem.positions, problem.table, problem.spec, kernel="native")
@@ -72,7 +113,7 @@ BAD_INPUTS = {
 }
 
 
-@pytest.mark.parametrize("kernel", ["native", "fused"])
+@pytest.mark.parametrize("kernel", ["native", "fused", "c"])
 @pytest.mark.parametrize("bad", list(BAD_INPUTS))
 def test_invalid_inputs_name_the_tensor(kernel: str, bad: str) -> None:
     field, mutate = BAD_INPUTS[bad]

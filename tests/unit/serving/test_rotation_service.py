@@ -11,6 +11,7 @@ from safetensors.torch import load, save
 
 from ropeserve.config import from_explicit, normalize_config, preset_config
 from ropeserve.errors import InvalidInput, LimitExceeded, ServiceError
+from ropeserve.kernels import select_kernel
 from ropeserve.rope import apply_rotary, mrope_cos_sin, rope_cos_sin
 from ropeserve.rope.tables import TableCache
 from ropeserve.serving import (
@@ -141,7 +142,7 @@ def test_lone_request_is_rotated_in_its_own_buffer() -> None:
     assert torch.equal(body.tensors["q"], decoded(result)["q"])
     q_bytes = torch.frombuffer(result.body.chunks[1], dtype=torch.uint8)
     assert q_bytes.data_ptr() == body.tensors["q"].data_ptr()  # the answer is the request's own bytes
-    assert result.metadata["kernel"] == "fused"
+    assert result.metadata["kernel"] == select_kernel("cpu")
     assert set(result.headers) == {"x-queue-time", "x-compute-time"}
     assert {"prepare_s", "queue_s", "compute_s", "total_s"} <= set(result.metadata["timings"])
     assert json.loads(load_metadata(result)) == result.metadata
