@@ -10,6 +10,8 @@
 2. Loopback HTTP: a real uvicorn on 127.0.0.1 (free port) rotates a 64 MiB bfloat16 Q/K body (flat layout,
    T=8192, 28+4 heads × 128); end-to-end client time against the in-process copy of those bytes, with where
    the time goes (client send, server read/decode/prepare/queue/compute from the response metadata, response).
+   The floor is measured in the same run: a bare TCP server process on 127.0.0.1 that receives the same bytes
+   and sends them back (no HTTP, no parsing, no compute), i.e. what any loopback service pays for the payload.
 3. Batching: 32 concurrent clients posting T=256 requests (``--tokens``; same heads, bfloat16), batching on vs off.
 """
 
@@ -20,6 +22,7 @@ import asyncio
 import contextlib
 import http.client
 import json
+import multiprocessing
 import os
 import socket
 import statistics
@@ -218,6 +221,51 @@ def post_once(port: int, body: bytes, into: bytearray) -> dict[str, float]:
     }
 
 
+RAW_CHUNK = 1 << 20
+
+
+def echo_server(ready: multiprocessing.Queue, size: int) -> None:  # type: ignore[type-arg]
+    """Receive ``size`` bytes per connection into one buffer, then send them all back."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        ready.put(listener.getsockname()[1])
+        buffer = memoryview(bytearray(size))
+        while True:
+            connection, _ = listener.accept()
+            received = 0
+            while received < size:
+                received += connection.recv_into(buffer[received : received + RAW_CHUNK])
+            connection.sendall(buffer)
+            connection.close()
+
+
+def echo_once(port: int, body: bytes, into: bytearray) -> float:
+    view = memoryview(into)[: len(body)]
+    with socket.create_connection(("127.0.0.1", port)) as connection:
+        started = time.perf_counter()
+        connection.sendall(body)
+        received = 0
+        while received < len(body):
+            received += connection.recv_into(view[received : received + RAW_CHUNK])
+        return time.perf_counter() - started
+
+
+def loopback_floor(body: bytes, rounds: int) -> float:
+    """Median seconds to send ``body`` to a bare TCP echo process on 127.0.0.1 and receive it back."""
+    context = multiprocessing.get_context("fork")
+    ready = context.Queue()
+    server = context.Process(target=echo_server, args=(ready, len(body)), daemon=True)
+    server.start()
+    try:
+        port = ready.get(timeout=30)
+        buffer = bytearray(len(body))
+        return statistics.median([echo_once(port, body, buffer) for _ in range(rounds + 1)][1:])
+    finally:
+        server.kill()
+        server.join()
+
+
 def bench_http(rounds: int) -> None:
     body, qk_bytes = big_body()
     q_like = torch.empty(qk_bytes // 2, dtype=torch.bfloat16)
@@ -228,10 +276,14 @@ def bench_http(rounds: int) -> None:
     with served(batching="false", max_body_bytes=str(2 * len(body))) as port:
         post_once(port, body, buffer)
         runs = [post_once(port, body, buffer) for _ in range(rounds)]
+    floor_s = loopback_floor(body, rounds)
     medians = {phase: statistics.median(run[phase] for run in runs) for phase in runs[0]}
-    print(f"  {'in-process copy of the Q/K bytes':44s} {copy_s * 1e3:8.1f} ms   1.00x")
+    print(f"  {'':44s} {'median':>11s} {'x copy':>7s} {'x floor':>8s}")
+    row = "  {:44s} {:8.1f} ms {:6.2f}x {:7.2f}x"
+    print(row.format("in-process copy of the Q/K bytes", copy_s * 1e3, 1.0, copy_s / floor_s))
+    print(row.format("floor: bare TCP echo of the body, no HTTP", floor_s * 1e3, floor_s / copy_s, 1.0))
     for phase, value in medians.items():
-        print(f"  {phase:44s} {value * 1e3:8.1f} ms   {value / copy_s:.2f}x")
+        print(row.format(phase, value * 1e3, value / copy_s, value / floor_s))
 
 
 # --- 3. batching ---------------------------------------------------------------------------------------------------

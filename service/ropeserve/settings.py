@@ -45,6 +45,11 @@ class Settings(BaseSettings):
     batch_max_wait_us: int = Field(500, ge=0, description="How long the batcher waits to fill a batch.")
     batch_queue_size: int = Field(256, ge=1, description="Queued requests beyond this are answered 429.")
     retry_after_s: int = Field(1, ge=0, description="Retry-After seconds sent with 429 and 503.")
+    body_buffer_pool_bytes: int = Field(
+        256 * 2**20,
+        ge=0,
+        description="Idle rotation request buffers (1 MiB and up) kept for reuse, in bytes; 0 turns reuse off.",
+    )
 
     auth_token: str | None = Field(None, description="If set, Bearer token required on API routes.")
     auth_protect_probes: bool = Field(False, description="Also require the token on health and metrics.")

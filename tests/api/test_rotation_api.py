@@ -86,6 +86,27 @@ def test_metadata_reports_kernel_and_timings(client: TestClient) -> None:
     assert set(header) == {"__metadata__", "q"}
 
 
+def test_large_bodies_reuse_a_pooled_buffer_and_stay_exact() -> None:
+    """Bodies of 1 MiB and up are read into pooled buffers: each answer must still be its own request's, and a
+    buffer goes back to the pool only after a full answer (a refused request drops the one it took)."""
+    app = make_app(max_body_bytes=8 << 20)
+    pool = routes_rotation.install(app).body_buffers
+    params = normalize_config({"rope_parameters": ROPE, "head_dim": 16}).params()
+    with TestClient(app) as client:
+        for seed in range(3):
+            generator = torch.Generator().manual_seed(seed)
+            q, positions = torch.randn(4096, 4 * 16, generator=generator), torch.randint(0, 9000, (4096,))
+            sent = body({"q": q, "positions": positions}, {"rope": ROPE, "layout": "flat"})
+            response = client.post("/v1/rope/apply", content=sent, headers=SAFETENSORS)
+            cs = rope_cos_sin(params, positions, cache=None)
+            expected = apply_rotary(q, None, cs.cos, cs.sin, head_dim=16, layout="flat")[0]
+            assert torch.equal(load(response.content)["q"], expected)
+            assert pool.idle == 2 << 20, "the 1.x MiB body's 2 MiB buffer is back in the pool"
+        refused = body({"q": q, "positions": positions.float()}, {"rope": ROPE, "layout": "flat"})
+        problem(client.post("/v1/rope/apply", content=refused, headers=SAFETENSORS), 422, "invalid-input")
+        assert pool.idle == 0
+
+
 def test_info_says_which_kernels_could_serve_and_why_not(client: TestClient) -> None:
     kernels = client.get("/v1/info").json()["kernels"]
     assert kernels["c"] == {"description": kernels["c"]["description"], "available": True, "reason": None}

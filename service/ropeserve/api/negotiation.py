@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -46,8 +46,14 @@ class SafetensorsResponse(Response):
 
     media_type = SAFETENSORS_MEDIA_TYPES[0]
 
-    def __init__(self, encoded: EncodedSafetensors, headers: Mapping[str, str] | None = None) -> None:
-        self.encoded = encoded
+    def __init__(
+        self,
+        encoded: EncodedSafetensors,
+        headers: Mapping[str, str] | None = None,
+        on_sent: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_sent`` runs once the last byte has been handed to the server (not on a failed send)."""
+        self.encoded, self.on_sent = encoded, on_sent
         super().__init__(headers={**(headers or {}), "content-length": str(encoded.length)})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -57,6 +63,8 @@ class SafetensorsResponse(Response):
                 piece = chunk[start : start + SEND_CHUNK_BYTES]
                 await send({"type": "http.response.body", "body": piece, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if self.on_sent is not None:
+            self.on_sent()
 
 
 async def read_safetensors_request(
@@ -67,12 +75,13 @@ async def read_safetensors_request(
     optional: Iterable[str] = (),
     allowed_dtypes: frozenset[str] = ALLOWED_DTYPES,
     timings: dict[str, float] | None = None,
+    take: Callable[[int], memoryview | None] | None = None,
 ) -> SafetensorsPayload:
     """The request's safetensors body, decoded with every guard before any tensor is built.
 
     415 for another content type, 413 past ``max_body_bytes`` (before reading when Content-Length says so),
     400 for malformed bytes, 422 naming the tensor for dtype/shape/limit/presence problems. ``timings`` (if given)
-    receives ``read_s`` and ``decode_s``.
+    receives ``read_s`` and ``decode_s``; ``take`` may lend the body buffer (see ``codec.read_body``).
     """
     media_type = request.headers.get("content-type", "").split(";")[0].strip()
     if media_type not in SAFETENSORS_MEDIA_TYPES:
@@ -81,7 +90,7 @@ async def read_safetensors_request(
             field="content-type",
         )
     started = time.perf_counter()
-    body = await read_body(request, settings.max_body_bytes)
+    body = await read_body(request, settings.max_body_bytes, take)
     read_done = time.perf_counter()
     payload = decode_safetensors(
         body,

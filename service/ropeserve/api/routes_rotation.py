@@ -24,6 +24,7 @@ from ropeserve.serving import (
     METADATA_KEY,
     OPTIONAL_TENSORS,
     REQUIRED_TENSORS,
+    BufferLease,
     ClientDisconnected,
     RotationOptions,
     RotationService,
@@ -93,14 +94,22 @@ def rotation_service(runtime: Runtime) -> RotationService:
 
 
 async def apply_rotation(request: Request, runtime: Runtime, *, mrope: bool) -> Response:
+    """Read (into a pooled buffer when large), rotate, answer; the buffer goes back only after a full send."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
+    service = rotation_service(runtime)
+    lease = BufferLease(service.body_buffers)
     payload = await read_safetensors_request(
-        request, runtime.settings, required=REQUIRED_TENSORS, optional=OPTIONAL_TENSORS, timings=timings
+        request,
+        runtime.settings,
+        required=REQUIRED_TENSORS,
+        optional=OPTIONAL_TENSORS,
+        timings=timings,
+        take=lease.take,
     )
     options = payload.params(RotationParams).options(mrope)
     try:
-        result = await rotation_service(runtime).rotate(
+        result = await service.rotate(
             payload,
             options,
             is_disconnected=request.is_disconnected,
@@ -109,7 +118,7 @@ async def apply_rotation(request: Request, runtime: Runtime, *, mrope: bool) -> 
         )
     except ClientDisconnected:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
-    return SafetensorsResponse(result.body, result.headers)
+    return SafetensorsResponse(result.body, result.headers, on_sent=lease.give_back)
 
 
 @router.post(

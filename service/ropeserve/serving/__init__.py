@@ -1,6 +1,7 @@
 """Serving machinery without web imports: safetensors codec, micro-batcher, rotation service."""
 
 from ropeserve.serving.batcher import Batcher, BatchObserver, ClientDisconnected, NullObserver, Timed
+from ropeserve.serving.buffers import BodyBuffers, BufferLease
 from ropeserve.serving.codec import (
     METADATA_KEY,
     EncodedSafetensors,
@@ -17,6 +18,8 @@ __all__ = [
     "REQUIRED_TENSORS",
     "BatchObserver",
     "Batcher",
+    "BodyBuffers",
+    "BufferLease",
     "ClientDisconnected",
     "EncodedSafetensors",
     "NullObserver",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import struct
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -70,19 +70,44 @@ class BodyStream(Protocol):
     def stream(self) -> AsyncIterator[bytes]: ...
 
 
-async def read_body(request: BodyStream, limit: int) -> bytearray:
+async def read_body(
+    request: BodyStream, limit: int, take: Callable[[int], memoryview | None] | None = None
+) -> bytearray | memoryview:
     """The request body as a writable buffer; PayloadTooLarge (413) before reading when ``Content-Length`` says
-    it is over ``limit``, or as soon as a streamed body crosses it."""
+    it is over ``limit``, or as soon as a streamed body crosses it.
+
+    With a declared length, ``take(length)`` may lend an exact-size buffer to read into (``buffers.BodyBuffers``);
+    otherwise the body grows in a new ``bytearray``.
+    """
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.strip().isdigit():
             raise MalformedPayload(f"Content-Length {declared!r} is not a byte count", field="content-length")
         _check_body_size(int(declared), limit)
+        lent = take(int(declared)) if take else None
+        if lent is not None:
+            return await _read_into(request, lent)
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         _check_body_size(len(body), limit)
     return body
+
+
+async def _read_into(request: BodyStream, buffer: memoryview) -> memoryview:
+    """Fill ``buffer`` (the declared length) from the stream; MalformedPayload if the body is shorter or longer."""
+    received = 0
+    async for chunk in request.stream():
+        end = received + len(chunk)
+        if end > len(buffer):
+            raise MalformedPayload(f"the body runs past its Content-Length {len(buffer)}", field="content-length")
+        buffer[received:end] = chunk
+        received = end
+    if received != len(buffer):
+        raise MalformedPayload(
+            f"the body ended after {received} of its {len(buffer)} declared bytes", field="content-length"
+        )
+    return buffer
 
 
 def _check_body_size(size: int, limit: int) -> None:
@@ -131,7 +156,7 @@ class _Entry:
 
 
 def decode_safetensors(
-    body: bytearray | bytes,
+    body: bytearray | memoryview | bytes,
     *,
     max_elements: int,
     required: Iterable[str] = (),
@@ -142,9 +167,11 @@ def decode_safetensors(
     """Check ``body`` completely, then return its tensors as views (see the module docstring).
 
     ``required`` names must be present; with ``optional`` given, no other names are allowed. ``max_elements``
-    bounds the elements of all tensors together. ``bytes`` are copied once into a writable buffer.
+    bounds the elements of all tensors together. ``bytes`` (and read-only views) are copied once into a writable
+    buffer.
     """
-    buffer = body if isinstance(body, bytearray) else bytearray(body)
+    writable = isinstance(body, bytearray) or (isinstance(body, memoryview) and not body.readonly)
+    buffer = body if writable else bytearray(body)
     header, data_start = _read_header(buffer, header_cap)
     metadata = _metadata(header.pop("__metadata__", {}))
     entries = _entries(header, max_elements, allowed_dtypes, len(buffer) - data_start)
@@ -153,7 +180,7 @@ def decode_safetensors(
     return SafetensorsPayload(tensors, metadata)
 
 
-def _read_header(buffer: bytearray, header_cap: int) -> tuple[dict[str, Any], int]:
+def _read_header(buffer: bytearray | memoryview, header_cap: int) -> tuple[dict[str, Any], int]:
     """The header JSON object and where the data starts; MalformedPayload for any structural problem."""
     if len(buffer) < 8:
         raise MalformedPayload(
@@ -261,7 +288,7 @@ def _check_names(entries: list[_Entry], required: set[str], allowed: set[str] | 
         )
 
 
-def _view(buffer: bytearray, data_start: int, entry: _Entry) -> torch.Tensor:
+def _view(buffer: bytearray | memoryview, data_start: int, entry: _Entry) -> torch.Tensor:
     """The entry as a tensor on ``buffer`` (a copy only when empty or misaligned for its dtype)."""
     count = math.prod(entry.shape)
     if count == 0:

@@ -26,6 +26,7 @@ from ropeserve.kernels.prep import RotationInputs, from_token_major, prepare, ro
 from ropeserve.rope.apply import Layout
 from ropeserve.rope.tables import MAX_POSITION, Pairing, RopeTable, TableCache, effective_length
 from ropeserve.serving.batcher import Batcher, BatchObserver, DisconnectCheck, Timed
+from ropeserve.serving.buffers import BodyBuffers
 from ropeserve.serving.codec import METADATA_KEY, EncodedSafetensors, SafetensorsPayload, encode_safetensors
 from ropeserve.settings import Settings
 
@@ -99,7 +100,7 @@ class RotationResult:
 
 
 class RotationService:
-    """Owns the kernel choice and the batcher; ``start``/``stop`` with the app's lifespan."""
+    """Owns the kernel choice, the batcher and the request buffer pool; ``start``/``stop`` with the app's lifespan."""
 
     def __init__(
         self,
@@ -113,6 +114,7 @@ class RotationService:
         self.settings, self.device, self.tables = settings, device, tables
         self.kernel_name = kernel or select_kernel(device)
         self.rotate_kernel = get_kernel(self.kernel_name)
+        self.body_buffers = BodyBuffers(settings.body_buffer_pool_bytes)
         self.batcher: Batcher[RotationJob, Rotated] = Batcher(
             self.run,
             max_batch_tokens=settings.batch_max_tokens,

@@ -223,6 +223,27 @@ def test_body_within_the_limit_is_one_writable_buffer() -> None:
     assert isinstance(body, bytearray) and body == b"abcd"
 
 
+def test_a_lent_buffer_is_filled_to_the_declared_length() -> None:
+    lent = memoryview(bytearray(8))[:4]
+    body = asyncio.run(read_body(FakeRequest([b"ab", b"cd"], content_length="4"), limit=4, take=lambda size: lent))
+    assert body is lent and bytes(body) == b"abcd" and bytes(lent.obj) == b"abcd\0\0\0\0"
+
+
+@pytest.mark.parametrize(("chunks", "declared"), [([b"ab"], "4"), ([b"abc", b"de"], "4")], ids=["short", "long"])
+def test_a_body_that_breaks_its_declared_length_is_malformed(chunks: list[bytes], declared: str) -> None:
+    def take(size: int) -> memoryview:
+        return memoryview(bytearray(size))
+
+    with pytest.raises(MalformedPayload) as raised:
+        asyncio.run(read_body(FakeRequest(chunks, content_length=declared), limit=16, take=take))
+    assert raised.value.field == "content-length"
+
+
+def test_a_pool_that_declines_leaves_a_fresh_buffer() -> None:
+    body = asyncio.run(read_body(FakeRequest([b"ab"], content_length="2"), limit=4, take=lambda size: None))
+    assert isinstance(body, bytearray) and body == b"ab"
+
+
 def test_unparsable_content_length_is_malformed() -> None:
     with pytest.raises(MalformedPayload):
         asyncio.run(read_body(FakeRequest([], content_length="12abc"), limit=50))
