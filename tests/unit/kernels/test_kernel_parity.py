@@ -124,3 +124,28 @@ def test_mrope_with_equal_rows_is_plain_rope() -> None:
         rotated = get_kernel(name)(problem.q, problem.k, three_rows, problem.table, problem.spec)
         expected = get_kernel(name)(problem.q, problem.k, one_row, problem.table, plain)
         assert_bitwise_equal(rotated[0], expected[0])
+
+
+SPECIAL_VALUES = [0.0, -0.0, 1.0, -2.5, float("inf"), float("-inf"), float("nan"), 1e-40, -1e-45, 3e38, 65504.0, 6e-8]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("pairing", ["neox", "gptj"])
+def test_cpu_kernels_match_native_bit_for_bit_on_special_values(
+    dtype: torch.dtype, pairing: str, cpu_kernel: str
+) -> None:
+    """Signed zeros, infinities, NaN, subnormals and overflowing products: same bits as the eager formula
+    (NaN only needs to land in the same places; its payload bits are not specified)."""
+    generator = torch.Generator().manual_seed(3)
+    values = torch.tensor(SPECIAL_VALUES)
+    picks = torch.randint(0, len(SPECIAL_VALUES), (2, 3, 40, 16), generator=generator)
+    q = values[picks].to(dtype)
+    positions = torch.randint(0, 70_000, (2, 40), generator=generator)
+    table = CACHE.get(from_explicit({"rope_theta": 10_000.0, "head_dim": 16}), None, torch.device("cpu"))
+    spec = RotationSpec(16, "bhtd", pairing)
+    expected = get_kernel("native")(q, None, positions, table, spec)[0]
+    actual = get_kernel(cpu_kernel)(q.clone(), None, positions, table, spec, inplace=True)[0]
+    assert torch.equal(actual.isnan(), expected.isnan())
+    bits = torch.int32 if dtype == torch.float32 else torch.int16
+    finite_or_inf = ~expected.isnan()
+    assert torch.equal(actual.view(bits)[finite_or_inf], expected.view(bits)[finite_or_inf])

@@ -33,38 +33,51 @@ static inline uint16_t store_bf16(float f) {
     return f != f ? (uint16_t)0x7FC0 : rounded;
 }
 
+/* f rounded to the nearest bfloat16, kept as a float (the same value as load_bf16(store_bf16(f))). */
+static inline float round_bf16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    bits = (bits + ((bits >> 16) & 1u) + 0x7FFFu) & 0xFFFF0000u;
+    float rounded;
+    memcpy(&rounded, &bits, sizeof rounded);
+    return f != f ? f : rounded;
+}
+
 #define LOAD_BF16(v) load_bf16(v)
 #define STORE_BF16(f) store_bf16(f)
+#define ROUND_BF16(f) round_bf16(f)
 #define LOAD_F16(v) ((float)(v))
 #define STORE_F16(f) ((_Float16)(f))
+#define ROUND_F16(f) ((float)(_Float16)(f))
+#define ROUND_F32(f) (f)
 
-/* One head: n pairs of x rotated into out (out may be x). */
-#define ROTATE_HEAD(T, LOAD, STORE, FIRST, SECOND)                                                   \
+/* One head: n pairs of x rotated into out (out may be x). Intermediate products are rounded to x's dtype
+ * but kept as floats (ROUND); NaN products stay NaN, and their bits are settled by the final STORE. */
+#define ROTATE_HEAD(T, LOAD, STORE, ROUND, FIRST, SECOND)                                            \
     for (int64_t i = 0; i < n; ++i) {                                                                \
         float a = LOAD(x[FIRST]), b = LOAD(x[SECOND]), c = LOAD(cos_row[i]), s = LOAD(sin_row[i]); \
-        float ac = LOAD(STORE(a * c)), bs = LOAD(STORE(b * s));                                      \
-        float bc = LOAD(STORE(b * c)), as = LOAD(STORE(a * s));                                      \
+        float ac = ROUND(a * c), bs = ROUND(b * s), bc = ROUND(b * c), as = ROUND(a * s);            \
         out[FIRST] = STORE(ac - bs);                                                                 \
         out[SECOND] = STORE(bc + as);                                                                \
     }
 
 /* Out-of-place heads may not alias; in-place heads are one pointer, so the compiler sees the aliasing. */
-#define DEFINE_HEADS(NAME, T, LOAD, STORE)                                                                   \
+#define DEFINE_HEADS(NAME, T, LOAD, STORE, ROUND)                                                                   \
     static void neox_##NAME(const T *restrict x, T *restrict out, const T *cos_row, const T *sin_row,         \
                             int64_t n) {                                                                     \
-        ROTATE_HEAD(T, LOAD, STORE, i, i + n)                                                                \
+        ROTATE_HEAD(T, LOAD, STORE, ROUND, i, i + n)                                                                \
     }                                                                                                        \
     static void gptj_##NAME(const T *restrict x, T *restrict out, const T *cos_row, const T *sin_row,         \
                             int64_t n) {                                                                     \
-        ROTATE_HEAD(T, LOAD, STORE, 2 * i, 2 * i + 1)                                                        \
+        ROTATE_HEAD(T, LOAD, STORE, ROUND, 2 * i, 2 * i + 1)                                                        \
     }                                                                                                        \
     static void neox_inplace_##NAME(T *x, const T *cos_row, const T *sin_row, int64_t n) {                   \
         T *out = x;                                                                                          \
-        ROTATE_HEAD(T, LOAD, STORE, i, i + n)                                                                \
+        ROTATE_HEAD(T, LOAD, STORE, ROUND, i, i + n)                                                                \
     }                                                                                                        \
     static void gptj_inplace_##NAME(T *x, const T *cos_row, const T *sin_row, int64_t n) {                   \
         T *out = x;                                                                                          \
-        ROTATE_HEAD(T, LOAD, STORE, 2 * i, 2 * i + 1)                                                        \
+        ROTATE_HEAD(T, LOAD, STORE, ROUND, 2 * i, 2 * i + 1)                                                        \
     }
 
 /*
@@ -72,8 +85,8 @@ static inline uint16_t store_bf16(float f) {
  * row/head strides, rotated into out (same indexing; out == x for in place). cos, sin: [rows, n_freq]
  * contiguous, in x's dtype. gptj: 0 for NeoX pairing, 1 for GPT-J.
  */
-#define DEFINE_ROTATE(NAME, T, LOAD, STORE)                                                                   \
-    DEFINE_HEADS(NAME, T, LOAD, STORE)                                                                        \
+#define DEFINE_ROTATE(NAME, T, LOAD, STORE, ROUND)                                                                   \
+    DEFINE_HEADS(NAME, T, LOAD, STORE, ROUND)                                                                      \
     void ropeserve_rotate_##NAME(const T *x, T *out, int64_t row_begin, int64_t row_end, int64_t heads,       \
                                  int64_t head_dim, int64_t x_row_stride, int64_t x_head_stride,               \
                                  int64_t out_row_stride, int64_t out_head_stride, const T *cos, const T *sin, \
@@ -94,8 +107,8 @@ static inline uint16_t store_bf16(float f) {
         }                                                                                                     \
     }
 
-DEFINE_ROTATE(float32, float, LOAD_F32, STORE_F32)
-DEFINE_ROTATE(bfloat16, uint16_t, LOAD_BF16, STORE_BF16)
+DEFINE_ROTATE(float32, float, LOAD_F32, STORE_F32, ROUND_F32)
+DEFINE_ROTATE(bfloat16, uint16_t, LOAD_BF16, STORE_BF16, ROUND_BF16)
 #ifdef __FLT16_MAX__
-DEFINE_ROTATE(float16, _Float16, LOAD_F16, STORE_F16)
+DEFINE_ROTATE(float16, _Float16, LOAD_F16, STORE_F16, ROUND_F16)
 #endif
