@@ -51,33 +51,38 @@ static inline float round_bf16(float f) {
 #define ROUND_F16(f) ((float)(_Float16)(f))
 #define ROUND_F32(f) (f)
 
-/* One head: n pairs of x rotated into out (out may be x). Intermediate products are rounded to x's dtype
- * but kept as floats (ROUND); NaN products stay NaN, and their bits are settled by the final STORE. */
-#define ROTATE_HEAD(T, LOAD, STORE, ROUND, FIRST, SECOND)                                            \
-    for (int64_t i = 0; i < n; ++i) {                                                                \
-        float a = LOAD(x[FIRST]), b = LOAD(x[SECOND]), c = LOAD(cos_row[i]), s = LOAD(sin_row[i]); \
-        float ac = ROUND(a * c), bs = ROUND(b * s), bc = ROUND(b * c), as = ROUND(a * s);            \
-        out[FIRST] = STORE(ac - bs);                                                                 \
-        out[SECOND] = STORE(bc + as);                                                                \
+/* n channel pairs of one head: (A_IN, B_IN) rotated into (A_OUT, B_OUT), indexed by i. Intermediate
+ * products are rounded to x's dtype but kept as floats (ROUND); a NaN stays NaN until the final STORE. */
+#define ROTATE_PAIRS(LOAD, STORE, ROUND, A_IN, B_IN, A_OUT, B_OUT)                                    \
+    for (int64_t i = 0; i < n; ++i) {                                                               \
+        float a = LOAD(A_IN), b = LOAD(B_IN), c = LOAD(cos_row[i]), s = LOAD(sin_row[i]);          \
+        float ac = ROUND(a * c), bs = ROUND(b * s), bc = ROUND(b * c), as = ROUND(a * s);           \
+        A_OUT = STORE(ac - bs);                                                                     \
+        B_OUT = STORE(bc + as);                                                                     \
     }
 
-/* Out-of-place heads may not alias; in-place heads are one pointer, so the compiler sees the aliasing. */
-#define DEFINE_HEADS(NAME, T, LOAD, STORE, ROUND)                                                                   \
-    static void neox_##NAME(const T *restrict x, T *restrict out, const T *cos_row, const T *sin_row,         \
-                            int64_t n) {                                                                     \
-        ROTATE_HEAD(T, LOAD, STORE, ROUND, i, i + n)                                                                \
-    }                                                                                                        \
-    static void gptj_##NAME(const T *restrict x, T *restrict out, const T *cos_row, const T *sin_row,         \
-                            int64_t n) {                                                                     \
-        ROTATE_HEAD(T, LOAD, STORE, ROUND, 2 * i, 2 * i + 1)                                                        \
-    }                                                                                                        \
-    static void neox_inplace_##NAME(T *x, const T *cos_row, const T *sin_row, int64_t n) {                   \
-        T *out = x;                                                                                          \
-        ROTATE_HEAD(T, LOAD, STORE, ROUND, i, i + n)                                                                \
-    }                                                                                                        \
-    static void gptj_inplace_##NAME(T *x, const T *cos_row, const T *sin_row, int64_t n) {                   \
-        T *out = x;                                                                                          \
-        ROTATE_HEAD(T, LOAD, STORE, ROUND, 2 * i, 2 * i + 1)                                                        \
+/* Per pairing, an out-of-place and an in-place head. Every pointer is restrict: NeoX halves never overlap,
+ * and in place each element is read before it is written at the same index, so the loops vectorize
+ * without run-time alias checks. */
+#define DEFINE_HEADS(NAME, T, LOAD, STORE, ROUND)                                                     \
+    static void neox_##NAME(const T *restrict x, T *restrict out, const T *restrict cos_row,         \
+                            const T *restrict sin_row, int64_t n) {                                  \
+        const T *restrict x_hi = x + n;                                                              \
+        T *restrict out_hi = out + n;                                                                \
+        ROTATE_PAIRS(LOAD, STORE, ROUND, x[i], x_hi[i], out[i], out_hi[i])                           \
+    }                                                                                                \
+    static void gptj_##NAME(const T *restrict x, T *restrict out, const T *restrict cos_row,         \
+                            const T *restrict sin_row, int64_t n) {                                  \
+        ROTATE_PAIRS(LOAD, STORE, ROUND, x[2 * i], x[2 * i + 1], out[2 * i], out[2 * i + 1])         \
+    }                                                                                                \
+    static void neox_inplace_##NAME(T *restrict x, const T *restrict cos_row,                        \
+                                    const T *restrict sin_row, int64_t n) {                          \
+        T *restrict x_hi = x + n;                                                                    \
+        ROTATE_PAIRS(LOAD, STORE, ROUND, x[i], x_hi[i], x[i], x_hi[i])                               \
+    }                                                                                                \
+    static void gptj_inplace_##NAME(T *restrict x, const T *restrict cos_row,                        \
+                                    const T *restrict sin_row, int64_t n) {                          \
+        ROTATE_PAIRS(LOAD, STORE, ROUND, x[2 * i], x[2 * i + 1], x[2 * i], x[2 * i + 1])             \
     }
 
 /*
@@ -85,26 +90,28 @@ static inline float round_bf16(float f) {
  * row/head strides, rotated into out (same indexing; out == x for in place). cos, sin: [rows, n_freq]
  * contiguous, in x's dtype. gptj: 0 for NeoX pairing, 1 for GPT-J.
  */
-#define DEFINE_ROTATE(NAME, T, LOAD, STORE, ROUND)                                                                   \
-    DEFINE_HEADS(NAME, T, LOAD, STORE, ROUND)                                                                      \
-    void ropeserve_rotate_##NAME(const T *x, T *out, int64_t row_begin, int64_t row_end, int64_t heads,       \
-                                 int64_t head_dim, int64_t x_row_stride, int64_t x_head_stride,               \
-                                 int64_t out_row_stride, int64_t out_head_stride, const T *cos, const T *sin, \
-                                 int64_t n_freq, int32_t gptj) {                                              \
-        int64_t rotary_dim = 2 * n_freq;                                                                      \
-        for (int64_t r = row_begin; r < row_end; ++r) {                                                       \
-            const T *cos_row = cos + r * n_freq, *sin_row = sin + r * n_freq;                                 \
-            for (int64_t h = 0; h < heads; ++h) {                                                             \
-                const T *head_in = x + r * x_row_stride + h * x_head_stride;                                  \
-                T *head_out = out + r * out_row_stride + h * out_head_stride;                                 \
-                if (head_in == head_out) {                                                                    \
-                    (gptj ? gptj_inplace_##NAME : neox_inplace_##NAME)(head_out, cos_row, sin_row, n_freq);  \
-                    continue;                                                                                 \
-                }                                                                                             \
-                (gptj ? gptj_##NAME : neox_##NAME)(head_in, head_out, cos_row, sin_row, n_freq);              \
-                memcpy(head_out + rotary_dim, head_in + rotary_dim, (size_t)(head_dim - rotary_dim) * sizeof(T)); \
-            }                                                                                                 \
-        }                                                                                                     \
+#define DEFINE_ROTATE(NAME, T, LOAD, STORE, ROUND)                                                    \
+    DEFINE_HEADS(NAME, T, LOAD, STORE, ROUND)                                                         \
+    void ropeserve_rotate_##NAME(const T *x, T *out, int64_t row_begin, int64_t row_end,             \
+                                 int64_t heads, int64_t head_dim, int64_t x_row_stride,              \
+                                 int64_t x_head_stride, int64_t out_row_stride,                      \
+                                 int64_t out_head_stride, const T *cos, const T *sin, int64_t n_freq, \
+                                 int32_t gptj) {                                                     \
+        size_t pass_bytes = (size_t)(head_dim - 2 * n_freq) * sizeof(T);                             \
+        for (int64_t r = row_begin; r < row_end; ++r) {                                              \
+            const T *cos_row = cos + r * n_freq, *sin_row = sin + r * n_freq;                        \
+            for (int64_t h = 0; h < heads; ++h) {                                                    \
+                const T *head_in = x + r * x_row_stride + h * x_head_stride;                         \
+                T *head_out = out + r * out_row_stride + h * out_head_stride;                        \
+                if (head_in == head_out) {                                                           \
+                    (gptj ? gptj_inplace_##NAME : neox_inplace_##NAME)(head_out, cos_row, sin_row,   \
+                                                                       n_freq);                      \
+                    continue;                                                                        \
+                }                                                                                    \
+                (gptj ? gptj_##NAME : neox_##NAME)(head_in, head_out, cos_row, sin_row, n_freq);     \
+                memcpy(head_out + 2 * n_freq, head_in + 2 * n_freq, pass_bytes);                     \
+            }                                                                                        \
+        }                                                                                            \
     }
 
 DEFINE_ROTATE(float32, float, LOAD_F32, STORE_F32, ROUND_F32)
