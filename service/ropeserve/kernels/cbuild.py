@@ -2,8 +2,9 @@
 
 The library is compiled for this CPU (``-march=native``) without fused multiply-adds (``-ffp-contract=off``),
 keyed by a hash of the source, the flags, the compiler and the CPU, and written atomically to the cache
-directory (``ROPESERVE_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/ropeserve``, else ``~/.cache/ropeserve``; a
-temporary directory when that is not writable). Without a compiler ``load_library`` reports why and the
+directory (``ROPESERVE_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/ropeserve``, else ``~/.cache/ropeserve``). A
+library is only built into and loaded from a directory that this user owns and nobody else can write
+(``build_dir``; otherwise a private temporary one). Without a compiler ``load_library`` reports why and the
 kernel registry falls back to the torch kernels.
 """
 
@@ -15,6 +16,7 @@ import logging
 import os
 import platform
 import shutil
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -64,20 +66,29 @@ def _build_key(compiler: str, source: bytes) -> str:
     return hashlib.sha256(material).hexdigest()[:20]
 
 
-def _writable_dir() -> Path:
-    directory = cache_dir()
+def _private(directory: Path) -> bool:
+    """Whether ``directory`` (created 0700 when missing) is a real directory that only this user can write:
+    a library is loaded from there, so nobody else may be able to plant one."""
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        if os.access(directory, os.W_OK):
-            return directory
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = directory.lstat()
     except OSError:
-        pass
-    return Path(tempfile.gettempdir()) / f"ropeserve-{os.getuid()}"
+        return False
+    owned = stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022
+    return owned and os.access(directory, os.W_OK)
+
+
+def build_dir() -> Path:
+    """The cache directory when it is private (see ``_private``), else a per-user one under the temporary
+    directory, else a fresh private temporary directory (no reuse across processes then)."""
+    for candidate in (cache_dir(), Path(tempfile.gettempdir()) / f"ropeserve-{os.getuid()}"):
+        if _private(candidate):
+            return candidate
+    return Path(tempfile.mkdtemp(prefix="ropeserve-kernels-"))
 
 
 def _compile(compiler: str, target: Path) -> None:
     """Compile SOURCE into ``target`` through a temporary file (concurrent builders never see half a file)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
@@ -100,11 +111,9 @@ def load_library() -> BuildResult:
     if compiler is None:
         return BuildResult(None, "no C compiler (cc or $CC) on PATH")
     try:
-        name = f"rope_cpu-{_build_key(compiler, SOURCE.read_bytes())}.so"
-        built = [directory / name for directory in (cache_dir(), _writable_dir()) if (directory / name).exists()]
-        if built:
-            return BuildResult(ctypes.CDLL(str(built[0])), f"loaded {built[0]}")
-        target = _writable_dir() / name
+        target = build_dir() / f"rope_cpu-{_build_key(compiler, SOURCE.read_bytes())}.so"
+        if target.is_file():
+            return BuildResult(ctypes.CDLL(str(target)), f"loaded {target}")
         _compile(compiler, target)
         return BuildResult(ctypes.CDLL(str(target)), f"built {target}")
     except (OSError, subprocess.SubprocessError) as error:

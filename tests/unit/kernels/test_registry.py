@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,6 +54,26 @@ def test_the_c_library_is_built_once_then_loaded_from_the_cache(fresh_build: Pat
     cbuild.load_library.cache_clear()
     second = cbuild.load_library()
     assert second.library is not None and second.detail.startswith("loaded")
+
+
+@pytest.mark.parametrize("make", ["world-writable", "a file"])
+def test_a_cache_directory_others_can_write_is_never_used(
+    make: str, fresh_build: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A library is loaded from the cache: a directory anyone can write (or a non-directory) is skipped."""
+    shared = fresh_build / "shared"
+    if make == "a file":
+        shared.write_text("not a directory")
+    else:
+        shared.mkdir()
+        shared.chmod(0o777)
+    monkeypatch.setenv("ROPESERVE_KERNEL_CACHE", str(shared))
+    monkeypatch.setattr(cbuild.tempfile, "gettempdir", lambda: str(fresh_build / "tmp"))
+    directory = cbuild.build_dir()
+    assert directory == fresh_build / "tmp" / f"ropeserve-{os.getuid()}"
+    assert directory.stat().st_mode & 0o777 == 0o700
+    result = cbuild.load_library()
+    assert result.library is not None and str(directory) in result.detail
 
 
 def test_a_failing_build_reports_the_compiler_error(fresh_build: Path, monkeypatch: pytest.MonkeyPatch) -> None:
