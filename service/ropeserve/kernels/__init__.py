@@ -3,20 +3,23 @@
 from ropeserve.kernels.registry import (
     KERNELS,
     KernelInfo,
+    get_batch_kernel,
     get_kernel,
     kernel_report,
     register_kernel,
     rotate_qk,
     select_kernel,
 )
-from ropeserve.kernels.spec import MropeSpec, RotateFn, RotationSpec
+from ropeserve.kernels.spec import MropeSpec, RotateBatchFn, RotateFn, RotationSpec
 
 __all__ = [
     "KERNELS",
     "KernelInfo",
     "MropeSpec",
+    "RotateBatchFn",
     "RotateFn",
     "RotationSpec",
+    "get_batch_kernel",
     "get_kernel",
     "kernel_report",
     "register_kernel",

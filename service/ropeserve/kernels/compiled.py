@@ -6,13 +6,14 @@ once, rounds where the eager formula rounds, and writes it back (or to the outpu
 channels of partial rotary). Rows are cut into pieces of about ``PIECE_BYTES`` that all threads claim
 (``threads.share_pieces``); ctypes releases the GIL for each call, so the threads run in parallel.
 Anything the C path does not cover (non-CPU tensors, strided channels, float16 without compiler support)
-goes to the fused torch kernel.
+goes to the fused torch kernel. ``rotate_compiled_many`` serves a batch of requests the same way: their
+pieces go into one shared list, so the batch needs no concatenated copy.
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -27,6 +28,9 @@ from ropeserve.rope.tables import RopeTable
 
 PIECE_BYTES = 1 << 19
 """Bytes of x per C call: large enough that the call overhead vanishes, small enough to share the rows fairly."""
+
+BatchItem = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, RotationSpec]
+"""One request of a batch: q, k (or None), positions, and its spec (layouts may differ within a batch)."""
 
 SYMBOLS = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 PAIRING_FLAG = {"neox": 0, "gptj": 1}
@@ -87,20 +91,53 @@ def rotate_compiled(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One-pass C rotation (see the module docstring); bit-identical to ``rotate_native``."""
     function = c_function(q.dtype)
-    if function is None or q.device.type != "cpu":
+    plan = None if function is None else _plan(q, k, positions, table, spec, inplace)
+    if function is None or plan is None:
         return rotate_fused(q, k, positions, table, spec, inplace=inplace)
+    outputs, blocks = plan
+    _run(function, blocks, PAIRING_FLAG[spec.pairing])
+    return outputs
+
+
+def rotate_compiled_many(items: Sequence[BatchItem], table: RopeTable) -> None:
+    """Rotate several requests' q and k in place as one piece list shared by all threads, without copying
+    them into one tensor. Items share the table, dtype and pairing (a batch key); layouts may differ."""
+    function = c_function(items[0][0].dtype) if items else None
+    plans = [None if function is None else _plan(q, k, positions, table, spec, True) for q, k, positions, spec in items]
+    if function is None or any(plan is None for plan in plans):
+        for q, k, positions, spec in items:
+            rotate_compiled(q, k, positions, table, spec, inplace=True)
+        return
+    blocks = [block for plan in plans if plan is not None for block in plan[1]]
+    _run(function, blocks, PAIRING_FLAG[items[0][3].pairing])
+
+
+def _plan(
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    positions: torch.Tensor,
+    table: RopeTable,
+    spec: RotationSpec,
+    inplace: bool,
+) -> tuple[tuple[torch.Tensor, torch.Tensor | None], list[RowBlock]] | None:
+    """Validate, gather cos/sin, allocate outputs: the results and the row blocks for the C calls; None when
+    the C path does not apply (another device, strided channels)."""
+    if q.device.type != "cpu":
+        return None
     inputs = prepare(q, k, positions, table, spec)
     if any(x4.stride(-1) != 1 for x4 in (inputs.q4, inputs.k4) if x4 is not None):
-        return rotate_fused(q, k, positions, table, spec, inplace=inplace)
+        return None
     cos_half, sin_half = half_cos_sin(table, inputs.positions, spec.mrope)
     cos, sin = cos_half.to(q.dtype).contiguous(), sin_half.to(q.dtype).contiguous()
-    outputs = [x if inplace else torch.empty_like(x) for x in (q, k) if x is not None]
+    q_out = q if inplace else torch.empty_like(q)
+    k_out = k if inplace or k is None else torch.empty_like(k)
     blocks: list[RowBlock] = []
-    for x4, out in zip((inputs.q4, inputs.k4), outputs, strict=False):
+    for x4, out in ((inputs.q4, q_out), (inputs.k4, k_out)):
+        if x4 is None or out is None:
+            continue
         out4 = x4 if inplace else token_major(out, spec.layout, spec.head_dim, "out")
         blocks.extend(RowBlock(*rows) for rows in row_blocks(x4, out4, cos, sin))
-    _run(function, blocks, PAIRING_FLAG[spec.pairing])
-    return outputs[0], outputs[1] if len(outputs) > 1 else None
+    return (q_out, k_out), blocks
 
 
 def _run(function: Callable[..., None], blocks: list[RowBlock], gptj: int) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ropeserve.kernels.spec import RotateFn, RotationSpec
+from ropeserve.kernels.spec import RotateBatchFn, RotateFn, RotationSpec
 from ropeserve.rope.tables import RopeTable
 
 
@@ -27,6 +27,9 @@ class KernelInfo:
     devices: frozenset[str]
     requires: tuple[str, ...] = ()
     description: str = ""
+    batch_target: str | None = None
+    """``module:function`` rotating several requests in place at once (``RotateBatchFn``); None: the caller
+    concatenates a batch and calls ``target`` once."""
     probe: str | None = None
     """``module:function`` returning why the kernel cannot work here (e.g. its C library does not build), or
     None when it can; no probe: nothing beyond device and modules to check."""
@@ -78,6 +81,7 @@ register_kernel(
         "c",
         "ropeserve.kernels.compiled:rotate_compiled",
         frozenset({"cpu"}),
+        batch_target="ropeserve.kernels.compiled:rotate_compiled_many",
         description="one pass in C (built for this CPU on first use): q and k rotated where they lie",
         probe="ropeserve.kernels.compiled:unavailable_reason",
     )
@@ -123,6 +127,16 @@ def get_kernel(name: str) -> RotateFn:
         raise KeyError(f"unknown kernel {name!r}; known: {sorted(KERNELS)}")
     kernel: RotateFn = _resolve(KERNELS[name].target)
     return kernel
+
+
+@cache
+def get_batch_kernel(name: str) -> RotateBatchFn | None:
+    """The batch entry point of kernel ``name`` (imported on first use), or None when it has none."""
+    target = KERNELS[name].batch_target
+    if target is None:
+        return None
+    batch_kernel: RotateBatchFn = _resolve(target)
+    return batch_kernel
 
 
 def _resolve(target: str) -> Any:

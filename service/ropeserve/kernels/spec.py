@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -65,3 +66,12 @@ class RotateFn(Protocol):
         *,
         inplace: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+
+
+class RotateBatchFn(Protocol):
+    """A kernel's batch entry point: rotate every item's q (and k) in place by the cos/sin of the shared
+    ``table``. Items: (q, k or None, positions, spec), with one dtype and pairing; layouts may differ."""
+
+    def __call__(
+        self, items: Sequence[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, RotationSpec]], table: RopeTable
+    ) -> None: ...

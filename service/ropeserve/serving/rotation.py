@@ -3,8 +3,10 @@
 ``RotationService.rotate`` validates everything on the event loop (cheap: views and header checks), submits a
 ``RotationJob`` to the batcher, and encodes the rotated tensors. A lone request is rotated in place in its own
 request buffer and answered from it without a copy. Jobs with the same table, dtype, head sizes, pairing and
-M-RoPE layout are concatenated along the token axis (token-major rows ``[N, H·D]``), rotated in place by one
-kernel call in the worker thread, and answered from slices of the batch (views for the token-major layouts).
+M-RoPE layout form a batch for one kernel call in the worker thread: a kernel with a batch entry point (the C
+kernel) rotates each job in its own buffer, sharing one list of pieces among the threads; otherwise the jobs
+are concatenated along the token axis (token-major rows ``[N, H·D]``), rotated in place, and answered from
+slices of the batch (views for the token-major layouts).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch
 from ropeserve.config import RopeParams, from_explicit, validate_params
 from ropeserve.config.normalize import factor_for_rotary_dim
 from ropeserve.errors import InvalidInput, check_limit
-from ropeserve.kernels import MropeSpec, RotationSpec, get_kernel, kernel_report, select_kernel
+from ropeserve.kernels import MropeSpec, RotationSpec, get_batch_kernel, get_kernel, kernel_report, select_kernel
 from ropeserve.kernels.prep import RotationInputs, from_token_major, prepare, rotary_dim_of
 from ropeserve.rope.apply import Layout
 from ropeserve.rope.tables import MAX_POSITION, Pairing, RopeTable, TableCache, effective_length
@@ -114,6 +116,7 @@ class RotationService:
         self.settings, self.device, self.tables = settings, device, tables
         self.kernel_name = kernel or select_kernel(device)
         self.rotate_kernel = get_kernel(self.kernel_name)
+        self.rotate_batch = get_batch_kernel(self.kernel_name)
         self.body_buffers = BodyBuffers(settings.body_buffer_pool_bytes)
         self.batcher: Batcher[RotationJob, Rotated] = Batcher(
             self.run,
@@ -183,7 +186,11 @@ class RotationService:
         return RotationJob(q, k, positions, inputs, table, spec, params)
 
     def run(self, jobs: Sequence[RotationJob]) -> list[Rotated]:
-        """Worker thread: rotate one job in place, or several as one kernel call on their concatenation."""
+        """Worker thread: rotate one job in place, or several in one kernel call: in place through the kernel's
+        batch entry point when it has one, else on their concatenation."""
+        if len(jobs) > 1 and self.rotate_batch is not None:
+            self.rotate_batch([(job.q, job.k, job.positions, job.spec) for job in jobs], jobs[0].table)
+            return [(job.q, job.k) for job in jobs]
         if len(jobs) > 1:
             return self._run_concatenated(jobs)
         job = jobs[0]

@@ -149,3 +149,30 @@ def test_cpu_kernels_match_native_bit_for_bit_on_special_values(
     bits = torch.int32 if dtype == torch.float32 else torch.int16
     finite_or_inf = ~expected.isnan()
     assert torch.equal(actual.view(bits)[finite_or_inf], expected.view(bits)[finite_or_inf])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_c_batch_entry_point_matches_native_per_request(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several requests (mixed layouts, with and without k) rotated in place by one ``rotate_compiled_many``."""
+    assert compiled.available()
+    monkeypatch.setattr(compiled, "PIECE_BYTES", 256)  # many pieces, interleaved across requests
+    cases = [Case(layout="bhtd", dtype=dtype), Case(layout="flat", dtype=dtype, tokens=11, k_heads=0)]
+    cases.append(Case(layout="bthd", dtype=dtype, batch=3, tokens=2))
+    problems = [build(case, seed=seed) for seed, case in enumerate(cases)]
+    expected = [get_kernel("native")(p.q, p.k, p.positions, p.table, p.spec) for p in problems]
+    items = [(p.q.clone(), None if p.k is None else p.k.clone(), p.positions, p.spec) for p in problems]
+    compiled.rotate_compiled_many(items, problems[0].table)
+    for (q, k, _, _), (q_ref, k_ref) in zip(items, expected, strict=True):
+        assert_bitwise_equal(q, q_ref)
+        assert_bitwise_equal(k, k_ref)
+
+
+def test_c_batch_entry_point_falls_back_per_request_without_the_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compiled, "c_function", lambda dtype: None)
+    problems = [build(Case(rope="partial", tokens=tokens), seed=tokens) for tokens in (3, 8)]
+    expected = [get_kernel("native")(p.q, p.k, p.positions, p.table, p.spec) for p in problems]
+    items = [(p.q.clone(), None if p.k is None else p.k.clone(), p.positions, p.spec) for p in problems]
+    compiled.rotate_compiled_many(items, problems[0].table)
+    for (q, k, _, _), (q_ref, k_ref) in zip(items, expected, strict=True):
+        assert_bitwise_equal(q, q_ref)
+        assert_bitwise_equal(k, k_ref)

@@ -183,13 +183,34 @@ def test_position_count_limit() -> None:
     assert raised.value.field == "positions"
 
 
-def test_one_kernel_call_serves_a_mixed_layout_batch() -> None:
-    """``run`` on several jobs concatenates them; each answer is a view of the batch in its own layout."""
-    service = make_service()
+def mixed_layout_jobs(service: RotationService) -> tuple[list, list[RotationOptions], list]:
     shapes = [("bhtd", 2, 5), ("bthd", 3, 4), ("flat", 1, 9)]
     requests = [request(layout, batch, tokens, seed) for seed, (layout, batch, tokens) in enumerate(shapes)]
     options = [RotationOptions(PARAMS, "neox", layout) for layout, _, _ in shapes]
-    jobs = [service.prepare(payload(**t), o) for t, o in zip(requests, options, strict=True)]
+    return requests, options, [service.prepare(payload(**t), o) for t, o in zip(requests, options, strict=True)]
+
+
+def test_a_batch_entry_point_rotates_every_job_in_its_own_buffer() -> None:
+    """With the C kernel's batch entry point, ``run`` makes one call for all jobs and copies nothing."""
+    service = make_service()
+    assert service.rotate_batch is not None
+    requests, options, jobs = mixed_layout_jobs(service)
+    calls: list[int] = []
+    batch = service.rotate_batch
+    service.rotate_batch = lambda items, table: calls.append(len(items)) or batch(items, table)
+    results = service.run(jobs)
+    assert calls == [len(jobs)]
+    for tensors, option, job, (q_out, k_out) in zip(requests, options, jobs, results, strict=True):
+        assert q_out is job.q and k_out is job.k
+        expected_q, expected_k = reference(tensors, option)
+        assert torch.equal(q_out, expected_q) and torch.equal(k_out, expected_k)
+
+
+def test_without_a_batch_entry_point_one_kernel_call_serves_the_concatenation() -> None:
+    """``run`` on several jobs concatenates them; each answer is a view of the batch in its own layout."""
+    service = make_service()
+    service.rotate_batch = None
+    requests, options, jobs = mixed_layout_jobs(service)
     calls: list[int] = []
     kernel = service.rotate_kernel
     service.rotate_kernel = lambda q, *args, **kwargs: calls.append(q.shape[0]) or kernel(q, *args, **kwargs)
