@@ -24,6 +24,7 @@ import http.client
 import json
 import multiprocessing
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -147,8 +148,8 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def served(**settings: str) -> Iterator[int]:
-    """A uvicorn subprocess serving ``app_with_rotation`` with ``ROPESERVE_*`` settings; yields its port."""
+def served(**settings: str) -> Iterator[tuple[int, int]]:
+    """A uvicorn subprocess serving ``app_with_rotation`` with ``ROPESERVE_*`` settings; yields (port, pid)."""
     port = free_port()
     env = {**os.environ, "ROPESERVE_ACCESS_LOG": "false"}
     env.update({f"ROPESERVE_{key.upper()}": value for key, value in settings.items()})
@@ -160,7 +161,7 @@ def served(**settings: str) -> Iterator[int]:
     server = subprocess.Popen(command, env=env)
     try:
         wait_ready(port, server)
-        yield port
+        yield port, server.pid
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -273,9 +274,11 @@ def bench_http(rounds: int) -> None:
     copy_s = statistics.median(copy_times)
     print(f"\n2. Loopback HTTP, {qk_bytes / 2**20:.0f} MiB bfloat16 Q/K (flat, T={TOKENS}), {rounds} requests")
     buffer = bytearray(len(body) + (1 << 16))
-    with served(batching="false", max_body_bytes=str(2 * len(body))) as port:
+    with served(batching="false", max_body_bytes=str(2 * len(body))) as (port, pid):
         post_once(port, body, buffer)
+        server_cpu, client_cpu = process_cpu_seconds(pid), own_cpu_seconds()
         runs = [post_once(port, body, buffer) for _ in range(rounds)]
+        server_cpu, client_cpu = process_cpu_seconds(pid) - server_cpu, own_cpu_seconds() - client_cpu
     floor_s = loopback_floor(body, rounds)
     medians = {phase: statistics.median(run[phase] for run in runs) for phase in runs[0]}
     print(f"  {'':44s} {'median':>11s} {'x copy':>7s} {'x floor':>8s}")
@@ -284,6 +287,25 @@ def bench_http(rounds: int) -> None:
     print(row.format("floor: bare TCP echo of the body, no HTTP", floor_s * 1e3, floor_s / copy_s, 1.0))
     for phase, value in medians.items():
         print(row.format(phase, value * 1e3, value / copy_s, value / floor_s))
+    cpu_ms = (server_cpu + client_cpu) / rounds * 1e3
+    cores = os.cpu_count() or 1
+    print(
+        f"  CPU per request: server {server_cpu / rounds * 1e3:.1f} ms + client {client_cpu / rounds * 1e3:.1f} ms "
+        f"= {cpu_ms:.1f} ms; on {cores} cores no schedule finishes in under {cpu_ms / cores:.1f} ms "
+        f"({cpu_ms / cores / (copy_s * 1e3):.2f}x the copy)"
+    )
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads), from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """User + system CPU seconds of this process (the client)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 # --- 3. batching ---------------------------------------------------------------------------------------------------
@@ -350,7 +372,7 @@ def bench_batching(clients: int, per_client: int, tokens: int, rounds: int) -> N
     print(f"\n3. Batching: {clients} clients x {per_client} requests ({size}), modes alternated {rounds}x")
     for _ in range(rounds):
         for batching in ("true", "false"):
-            with served(batching=batching) as port:
+            with served(batching=batching) as (port, _):
                 asyncio.run(drive(port, clients, 2, bodies))
                 before, _ = metric_total(port, "ropeserve_batch_compute_seconds")
                 elapsed, latencies, sizes = asyncio.run(drive(port, clients, per_client, bodies))

@@ -8,6 +8,8 @@ from typing import Any
 import httpx
 import pytest
 import torch
+from safetensors.torch import load
+
 from support import ROPE, ROPE_APPLY, SAFETENSORS, assert_problem, rope_body
 
 COS_SIN = "/v1/rope/cos-sin"
@@ -64,3 +66,13 @@ def test_rotation_edge_case_is_refused_with_its_field(guarded: httpx.Client, bod
 def test_negative_rotation_positions_are_refused(guarded: httpx.Client) -> None:
     body = rope_body(tokens=2, positions=torch.tensor([0, -3]))
     assert assert_problem(guarded.post(ROPE_APPLY, content=body, headers=SAFETENSORS), {422})["field"] == "positions"
+
+
+@pytest.mark.parametrize("layout", ["bhtd", "flat"])
+def test_rotation_of_zero_heads_is_an_empty_answer(guarded: httpx.Client, layout: str) -> None:
+    """q with no heads (a 500 in the torch-ops and C kernels until found here) is a valid, empty rotation."""
+    q = torch.randn(1, 0, 3, ROPE["head_dim"]) if layout == "bhtd" else torch.randn(3, 0)
+    body = rope_body(q=q, positions=torch.arange(3), layout=layout)
+    response = guarded.post(ROPE_APPLY, content=body, headers=SAFETENSORS)
+    assert response.status_code == 200, response.text
+    assert load(response.content)["q"].shape == q.shape

@@ -144,8 +144,9 @@ def _run(function: Callable[..., None], blocks: list[RowBlock], gptj: int) -> No
     """Cut every block into row ranges of about PIECE_BYTES and rotate them on all threads."""
     pieces: list[tuple[RowBlock, int, int]] = []
     for block in blocks:
+        if block.rows_in.numel() == 0:
+            continue
         rows = block.rows_in.shape[0]
-        row_bytes = block.rows_in[0].numel() * block.rows_in.element_size() if rows else 1
-        step = max(1, PIECE_BYTES // row_bytes)
+        step = max(1, PIECE_BYTES // (block.rows_in[0].numel() * block.rows_in.element_size()))
         pieces.extend((block, begin, min(begin + step, rows)) for begin in range(0, rows, step))
     share_pieces(pieces, lambda piece: piece[0].call(function, piece[1], piece[2], gptj))

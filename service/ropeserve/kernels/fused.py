@@ -92,6 +92,8 @@ def _rotate_rows(
     Every per-chunk view is cut up front (one ``split`` per operand), so a chunk costs only its ops.
     """
     heads, head_dim = rows_in.shape[1:]
+    if rows_in.numel() == 0:
+        return
     rotary_dim = cos.shape[-1]
     tokens = max(1, GRAIN_ELEMENTS // (heads * head_dim))
     rotated = rows_out[..., :rotary_dim]

@@ -110,6 +110,8 @@ def parity_cases() -> list[Case]:
     edges = [
         Case(k_heads=0),
         Case(tokens=0),
+        Case(q_heads=0),
+        Case(layout="flat", q_heads=0),
         Case(batch=1, tokens=1, q_heads=1, k_heads=1),
         Case(shared_positions=True, batch=3),
         Case(rope="qwen2vl", shared_positions=True, batch=3),
