@@ -10,10 +10,11 @@ from ropeserve.kernels.registry import (
     rotate_qk,
     select_kernel,
 )
-from ropeserve.kernels.spec import MropeSpec, RotateBatchFn, RotateFn, RotationSpec
+from ropeserve.kernels.spec import BatchItem, MropeSpec, RotateBatchFn, RotateFn, RotationSpec
 
 __all__ = [
     "KERNELS",
+    "BatchItem",
     "KernelInfo",
     "MropeSpec",
     "RotateBatchFn",

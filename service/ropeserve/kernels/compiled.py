@@ -22,20 +22,17 @@ import torch
 from ropeserve.kernels.cbuild import load_library
 from ropeserve.kernels.fused import rotate_fused
 from ropeserve.kernels.prep import half_cos_sin, prepare, row_blocks, token_major
-from ropeserve.kernels.spec import RotationSpec
+from ropeserve.kernels.spec import BatchItem, RotationSpec
 from ropeserve.kernels.threads import share_pieces
 from ropeserve.rope.tables import RopeTable
 
 PIECE_BYTES = 1 << 19
 """Bytes of x per C call: large enough that the call overhead vanishes, small enough to share the rows fairly."""
 
-BatchItem = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, RotationSpec]
-"""One request of a batch: q, k (or None), positions, and its spec (layouts may differ within a batch)."""
-
 SYMBOLS = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 PAIRING_FLAG = {"neox": 0, "gptj": 1}
-_ARGTYPES = [ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int64] * 8, ctypes.c_void_p, ctypes.c_void_p]
-_ARGTYPES += [ctypes.c_int64, ctypes.c_int32]
+_ARGTYPES = [*[ctypes.c_void_p] * 2, *[ctypes.c_int64] * 8, *[ctypes.c_void_p] * 2, ctypes.c_int64, ctypes.c_int32]
+"""x, out, row_begin, row_end, heads, head_dim, 4 strides, cos, sin, n_freq, gptj (see ``csrc/rope_cpu.c``)."""
 
 
 @cache
@@ -91,7 +88,7 @@ def rotate_compiled(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One-pass C rotation (see the module docstring); bit-identical to ``rotate_native``."""
     function = c_function(q.dtype)
-    plan = None if function is None else _plan(q, k, positions, table, spec, inplace)
+    plan = _plan(q, k, positions, table, spec, inplace) if function else None
     if function is None or plan is None:
         return rotate_fused(q, k, positions, table, spec, inplace=inplace)
     outputs, blocks = plan
@@ -103,8 +100,8 @@ def rotate_compiled_many(items: Sequence[BatchItem], table: RopeTable) -> None:
     """Rotate several requests' q and k in place as one piece list shared by all threads, without copying
     them into one tensor. Items share the table, dtype and pairing (a batch key); layouts may differ."""
     function = c_function(items[0][0].dtype) if items else None
-    plans = [None if function is None else _plan(q, k, positions, table, spec, True) for q, k, positions, spec in items]
-    if function is None or any(plan is None for plan in plans):
+    plans = [_plan(q, k, positions, table, spec, True) for q, k, positions, spec in items] if function else []
+    if function is None or None in plans:
         for q, k, positions, spec in items:
             rotate_compiled(q, k, positions, table, spec, inplace=True)
         return

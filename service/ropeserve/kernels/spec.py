@@ -68,10 +68,12 @@ class RotateFn(Protocol):
     ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
 
 
+BatchItem = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, RotationSpec]
+"""One request of a batch: q, k (or None), positions, and its spec (layouts may differ within a batch)."""
+
+
 class RotateBatchFn(Protocol):
     """A kernel's batch entry point: rotate every item's q (and k) in place by the cos/sin of the shared
-    ``table``. Items: (q, k or None, positions, spec), with one dtype and pairing; layouts may differ."""
+    ``table``; the items share one dtype and pairing."""
 
-    def __call__(
-        self, items: Sequence[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, RotationSpec]], table: RopeTable
-    ) -> None: ...
+    def __call__(self, items: Sequence[BatchItem], table: RopeTable) -> None: ...

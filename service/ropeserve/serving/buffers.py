@@ -23,13 +23,13 @@ class BodyBuffers:
     def __init__(self, idle_bytes: int, min_bytes: int = MIN_POOLED_BYTES) -> None:
         self.idle_bytes, self.min_bytes = idle_bytes, min_bytes
         self._idle: dict[int, list[bytearray]] = {}
+        self._idle_total = 0
         self._lock = threading.Lock()
 
     @property
     def idle(self) -> int:
         """Bytes held by idle buffers."""
-        with self._lock:
-            return sum(size * len(buffers) for size, buffers in self._idle.items())
+        return self._idle_total
 
     def take(self, size: int) -> memoryview | None:
         """A writable view of exactly ``size`` bytes on a pooled buffer; None when reuse is off or ``size`` small."""
@@ -39,6 +39,8 @@ class BodyBuffers:
         with self._lock:
             idle = self._idle.get(capacity)
             buffer = idle.pop() if idle else None
+            if buffer is not None:
+                self._idle_total -= capacity
         return memoryview(buffer if buffer is not None else bytearray(capacity))[:size]
 
     def give_back(self, view: memoryview) -> None:
@@ -46,9 +48,9 @@ class BodyBuffers:
         buffer = view.obj
         assert isinstance(buffer, bytearray)
         with self._lock:
-            held = sum(size * len(buffers) for size, buffers in self._idle.items())
-            if held + len(buffer) <= self.idle_bytes:
+            if self._idle_total + len(buffer) <= self.idle_bytes:
                 self._idle.setdefault(len(buffer), []).append(buffer)
+                self._idle_total += len(buffer)
 
 
 class BufferLease:
