@@ -25,6 +25,9 @@ from ropeserve.settings import Settings
 access_logger = logging.getLogger("ropeserve.access")
 CLIENT_CLOSED_REQUEST = 499
 """Recorded (never sent) when the client went away mid-upload: nginx's code, as the rotation routes use."""
+METRIC_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
+"""Methods kept as ``method`` label values (RFC 9110 and PATCH); any other method is counted as ``other``, so
+clients cannot add label values (the HTTP parser accepts 35 methods). Routes are templates or ``unmatched``."""
 
 
 def configure_access_log(enabled: bool) -> None:
@@ -147,7 +150,7 @@ class ServiceMiddleware:
     def _record(self, scope: Scope, status: int, seconds: float, request_id: str) -> None:
         route = getattr(scope.get("route"), "path", None) or "unmatched"
         method = scope.get("method", "")
-        labels = {"route": route, "method": method, "status": str(status)}
+        labels = {"route": route, "method": method if method in METRIC_METHODS else "other", "status": str(status)}
         self.metrics.requests.labels(**labels).inc()
         self.metrics.request_duration.labels(**labels).observe(seconds)
         error_type = scope.get("state", {}).get("error_type")
