@@ -27,43 +27,12 @@ ROW_BYTES = 8 * 128 // 2
 TABLE_BYTES = 2048 * ROW_BYTES
 """One table grown to cover position 2000 (2048 rows: 1 MiB)."""
 BUDGET = 4 * TABLE_BYTES
-HTTPTOOLS_METHODS = [
-    "DELETE",
-    "GET",
-    "HEAD",
-    "POST",
-    "PUT",
-    "CONNECT",
-    "OPTIONS",
-    "TRACE",
-    "COPY",
-    "LOCK",
-    "MKCOL",
-    "MOVE",
-    "PROPFIND",
-    "PROPPATCH",
-    "SEARCH",
-    "UNLOCK",
-    "BIND",
-    "REBIND",
-    "UNBIND",
-    "ACL",
-    "REPORT",
-    "MKACTIVITY",
-    "CHECKOUT",
-    "MERGE",
-    "M-SEARCH",
-    "NOTIFY",
-    "SUBSCRIBE",
-    "UNSUBSCRIBE",
-    "PATCH",
-    "PURGE",
-    "MKCALENDAR",
-    "LINK",
-    "UNLINK",
-    "SOURCE",
-    "QUERY",
-]
+HTTPTOOLS_METHODS = (
+    "DELETE", "GET", "HEAD", "POST", "PUT", "CONNECT", "OPTIONS", "TRACE", "COPY", "LOCK", "MKCOL", "MOVE",
+    "PROPFIND", "PROPPATCH", "SEARCH", "UNLOCK", "BIND", "REBIND", "UNBIND", "ACL", "REPORT", "MKACTIVITY",
+    "CHECKOUT", "MERGE", "M-SEARCH", "NOTIFY", "SUBSCRIBE", "UNSUBSCRIBE", "PATCH", "PURGE", "MKCALENDAR", "LINK",
+    "UNLINK", "SOURCE", "QUERY",
+)  # fmt: skip
 """The methods llhttp (httptools) accepts on requests."""
 KNOWN_ROUTE = "/v1/rope/cos-sin"
 
