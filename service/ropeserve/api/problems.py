@@ -55,7 +55,7 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 def declare_common_problems(app: FastAPI) -> None:
     """Declare, in the OpenAPI schema, the statuses any operation can answer: 500 everywhere, 401 off the
-    probe paths (optional auth), and 400/413/422 on every operation that takes a body."""
+    probe paths (optional auth), and 400/413/415/422 on every operation that takes a body."""
     build_schema = app.openapi
 
     def openapi_with_problems() -> dict[str, Any]:
@@ -66,7 +66,7 @@ def declare_common_problems(app: FastAPI) -> None:
             for method, operation in item.items():
                 statuses = [500] + ([] if path in PROBE_PATHS else [401])
                 if method in ("post", "put", "patch"):
-                    statuses += [400, 413, 422]
+                    statuses += [400, 413, 415, 422]
                 for status, spec in problem_responses(*statuses).items():
                     declared = operation["responses"].get(str(status))
                     if declared is None or PROBLEM_MEDIA_TYPE not in declared.get("content", {}):
