@@ -5,7 +5,9 @@ sends. Requests whose endpoint is not in the server's OpenAPI document are left 
 report). Run it through ``loadtest/run.py``, which sets the ``ROPESERVE_LOADTEST_*`` variables below; plain
 ``locust -f loadtest/locustfile.py --host URL`` also works (steady, 8 users, 60 s).
 
-Every request is recorded (time, name, status, latency) to ``$ROPESERVE_LOADTEST_SAMPLES`` for the report.
+Every request is recorded (time, name, status, latency) to ``$ROPESERVE_LOADTEST_SAMPLES`` for the report, with
+the moment load started and the number of users that actually ran. The run's clock (the shape's too) starts once
+the payloads are built, not when locust starts: building them takes seconds on a busy host.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import gevent
 import numpy as np
 from locust import FastHttpUser, LoadTestShape, between, events, task
 from locust.env import Environment
@@ -36,6 +39,8 @@ USERS = int(os.environ.get("ROPESERVE_LOADTEST_USERS", "8"))
 DURATION_S = float(os.environ.get("ROPESERVE_LOADTEST_DURATION", "60"))
 SAMPLES_PATH = os.environ.get("ROPESERVE_LOADTEST_SAMPLES")
 ACCEPT = {"accept": "application/x-safetensors, application/problem+json"}
+USER_SAMPLE_S = 0.25
+"""How often the number of running users is recorded."""
 
 
 @dataclass(frozen=True)
@@ -154,13 +159,30 @@ def _header_ms(response: Any, name: str) -> str:
 
 class Recorder:
     """Every request's start time, name, status, latency, size, error and the server's timing headers
-    (``x-total-time`` on every answer, ``x-queue-time`` on rotations), kept in memory and written at the end."""
+    (``x-total-time`` on every answer, ``x-queue-time`` on rotations), kept in memory and written at the end;
+    also when load started and the users running every ``USER_SAMPLE_S`` from then on."""
 
     COLUMNS = ("start", "name", "status", "ms", "bytes", "error", "server_ms", "queue_ms")
 
     def __init__(self) -> None:
         self.rows: list[tuple[Any, ...]] = []
         self.skipped: list[str] = []
+        self.load_started: float | None = None
+        self.users: list[tuple[float, int]] = []
+        """(seconds since load started, users running then)."""
+
+    def start_load(self, environment: Environment) -> None:
+        """Start the run's clock, and the shape's, now that the payloads are built; sample the running users."""
+        self.load_started = time.time()
+        if environment.shape_class is not None:
+            environment.shape_class.reset_time()
+        gevent.spawn(self._sample_users, environment)
+
+    def _sample_users(self, environment: Environment) -> None:
+        assert self.load_started is not None and environment.runner is not None
+        while True:
+            self.users.append((round(time.time() - self.load_started, 3), environment.runner.user_count))
+            gevent.sleep(USER_SAMPLE_S)
 
     def on_request(self, name: str, response_time: float, response_length: int, **kwargs: Any) -> None:
         response, exception = kwargs.get("response"), kwargs.get("exception")
@@ -178,7 +200,8 @@ class Recorder:
             writer.writerow(self.COLUMNS)
             writer.writerows(self.rows)
         with open(path + ".meta.json", "w", encoding="utf-8") as handle:
-            json.dump({"skipped": self.skipped, "mix": {r.name: r.weight for r in MIX}}, handle)
+            meta = {"skipped": self.skipped, "mix": {r.name: r.weight for r in MIX}}
+            json.dump(meta | {"load_started": self.load_started, "users": self.users}, handle)
 
 
 RECORDER = Recorder()
@@ -187,7 +210,8 @@ events.request.add_listener(RECORDER.on_request)
 
 @events.test_start.add_listener
 def choose_mix(environment: Environment, **kwargs: Any) -> None:
-    """Keep the requests whose endpoint the server has; weight them into the user's task list."""
+    """Keep the requests whose endpoint the server has, build their payloads, weight them into the user's task
+    list; then start the clock (the first users spawn right after this handler)."""
     paths = available_paths(environment.host or "")
     kept = [r for r in MIX if paths is None or r.path in paths]
     RECORDER.skipped = [f"{r.name} ({r.path})" for r in MIX if r not in kept]
@@ -196,6 +220,7 @@ def choose_mix(environment: Environment, **kwargs: Any) -> None:
             raise RuntimeError(f"{request.name}: the client sends it to {request.make().path}, not {request.path}")
     RopeUser.mix = kept
     RopeUser.weights = [r.weight for r in kept]
+    RECORDER.start_load(environment)
 
 
 @events.quitting.add_listener
@@ -244,10 +269,10 @@ def _failure_label(response: Any) -> str:
 
 
 class ScenarioShape(LoadTestShape):
-    """Users over time per ``scenarios.users_at``; stops the run at its duration."""
+    """Users over time per ``scenarios.users_at``, timed from ``Recorder.start_load``; stops the run at its duration."""
 
     def tick(self) -> tuple[int, float] | None:
-        elapsed = self.get_run_time()
+        elapsed = self.get_run_time() if RECORDER.load_started is not None else 0.0  # the first tick builds payloads
         if elapsed >= DURATION_S:
             return None
         return users_at(SCENARIO, elapsed, USERS, DURATION_S), float(max(USERS, 1) * 4)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Sample", "build_report", "read_samples", "write_markdown", "write_plot"]
+__all__ = ["Sample", "build_report", "read_samples", "users_per_second", "write_markdown", "write_plot"]
 
 PERCENTILES = (50, 95, 99)
 
@@ -69,6 +69,17 @@ def _optional_float(text: str | None) -> float | None:
     return float(text) if text else None
 
 
+def users_per_second(samples: Iterable[Sequence[float]], seconds: int) -> list[int | None]:
+    """Most users running in each of the first ``seconds`` seconds, from (seconds since load started, users)
+    samples; None for a second without a sample."""
+    peaks: dict[int, int] = {}
+    for at, count in samples:
+        second = math.floor(at)
+        if 0 <= second < seconds:
+            peaks[second] = max(peaks.get(second, 0), int(count))
+    return [peaks.get(second) for second in range(seconds)]
+
+
 def _median(values: Sequence[float | None]) -> float | None:
     present = [value for value in values if value is not None]
     return round(float(np.percentile(present, 50)), 3) if present else None
@@ -105,7 +116,9 @@ def _failure_types(samples: Iterable[Sample]) -> dict[str, int]:
     return dict(counts.most_common())
 
 
-def _timeline(samples: Sequence[Sample], origin: float, users: Sequence[int], seconds: int) -> list[dict[str, Any]]:
+def _timeline(
+    samples: Sequence[Sample], origin: float, users: Sequence[int | None], seconds: int
+) -> list[dict[str, Any]]:
     """Per-second rows for the first ``seconds`` seconds (a last, partial second would read as a collapse)."""
     by_second: dict[int, list[Sample]] = defaultdict(list)
     for sample in samples:
@@ -148,12 +161,14 @@ def build_report(
     samples: Sequence[Sample],
     *,
     run: dict[str, Any],
-    users: Sequence[int],
+    users: Sequence[int | None],
     expects_rejections: bool,
     skipped: Sequence[str] = (),
+    load_started: float | None = None,
 ) -> dict[str, Any]:
-    """The report dict (``run`` holds the scenario settings and environment; ``users`` the curve per second)."""
-    origin = min((s.start for s in samples), default=0.0)
+    """The report dict (``run`` holds the scenario settings and environment; ``users`` the users that ran, per
+    second). Times count from ``load_started`` (default: the first request's start)."""
+    origin = min((s.start for s in samples), default=0.0) if load_started is None else load_started
     end = max((s.start + s.ms / 1000 for s in samples), default=origin)
     seconds = max(end - origin, 1e-9)
     names = sorted({s.name for s in samples})
@@ -274,8 +289,8 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
     throughput.set_xlabel("seconds")
     throughput.grid(True, alpha=0.3)
     users_axis = throughput.twinx()
-    users_axis.step(t, [row["users"] or 0 for row in timeline], where="post", color="black", label="users")
-    users_axis.set_ylabel("active users")
+    users_axis.step(t, [row["users"] or 0 for row in timeline], where="post", color="black", label="users running")
+    users_axis.set_ylabel("users running (sampled)")
     users_axis.set_ylim(bottom=0)
     users_axis.yaxis.set_major_locator(MaxNLocator(integer=True))
     handles, labels = throughput.get_legend_handles_labels()

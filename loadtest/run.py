@@ -21,6 +21,7 @@ import contextlib
 import datetime as dt
 import importlib.util
 import json
+import math
 import os
 import platform
 import subprocess
@@ -38,8 +39,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from report import build_report, read_samples, write_all  # noqa: E402
-from scenarios import MAX_USERS, SCENARIOS, users_at  # noqa: E402
+from report import build_report, read_samples, users_per_second, write_all  # noqa: E402
+from scenarios import MAX_USERS, SCENARIOS  # noqa: E402
 
 __all__ = ["main"]
 
@@ -240,13 +241,13 @@ def execute(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     run = run_description(args, url, info, started) | {"wall_s": round(wall, 1), "server_rss_mb": sampler.summary()}
     meta = json.loads(Path(str(samples_path) + ".meta.json").read_text())
-    users = [users_at(args.scenario, t, args.users, args.duration) for t in range(int(args.duration) + 1)]
     report = build_report(
         read_samples(samples_path),
         run=run,
-        users=users,
+        users=users_per_second(meta["users"], math.ceil(args.duration)),
         expects_rejections=SCENARIOS[args.scenario].expects_rejections,
         skipped=meta["skipped"],
+        load_started=meta["load_started"],
     )
     write_all(report, out)
     totals, checks = report["totals"], report["checks"]

@@ -44,6 +44,9 @@ class Metrics:
         self.table_cache_entries = Gauge(
             "ropeserve_rope_table_cache_entries", "Cached rope tables (bounded LRU).", registry=r
         )
+        self.table_cache_bytes = Gauge(
+            "ropeserve_rope_table_cache_bytes", "Bytes of cos/sin rows in the rope table cache.", registry=r
+        )
         self.batch_queue_seconds = Histogram(
             "ropeserve_batch_queue_seconds",
             "Time a rotation request waited in the batch queue.",

@@ -36,8 +36,12 @@ class Settings(BaseSettings):
     json_response_max_elements: int = Field(
         65_536, ge=1, description="Larger results are only served as safetensors (Accept header)."
     )
-    table_cache_entries: int = Field(
-        32, ge=1, description="Bounded LRU of cached cos/sin tables (each at most 64 MiB; 2 GiB worst case)."
+    table_cache_entries: int = Field(32, ge=1, description="Most cos/sin tables kept in the LRU table cache.")
+    table_cache_bytes: int = Field(
+        256 * 2**20,
+        ge=0,
+        description="Bytes of cos/sin rows the table cache holds in all (one table: at most 64 MiB); least recently "
+        "used tables are dropped beyond it, and rows past it are computed per request, uncached. 0: no rows cached.",
     )
 
     batching: bool = Field(True, description="Concatenate compatible concurrent rotation requests.")

@@ -13,7 +13,7 @@ import pytest
 LOADTEST = Path(__file__).resolve().parents[2] / "loadtest"
 sys.path.insert(0, str(LOADTEST))
 
-from report import Sample, build_report, write_markdown  # noqa: E402
+from report import Sample, build_report, users_per_second, write_markdown  # noqa: E402
 from scenarios import users_at  # noqa: E402
 
 RUN = {
@@ -56,6 +56,17 @@ def test_429_fails_a_run_unless_the_scenario_expects_it() -> None:
     assert steady["checks"]["failed_by"] == ["rejected"]
 
 
+def test_the_timeline_counts_from_load_start_and_shows_the_users_that_ran() -> None:
+    recorded = [(0.0, 1), (0.25, 1), (0.5, 2), (0.75, 2), (1.0, 2), (2.5, 1), (3.2, 0)]
+    assert users_per_second(recorded, 3) == [2, 2, 1]
+    report = build_report(samples(), run=RUN, users=users_per_second(recorded, 3), expects_rejections=True,
+                          load_started=99.0)  # fmt: skip
+    assert [row["t"] for row in report["timeline"]] == [0, 1, 2]
+    assert [row["ok_rps"] for row in report["timeline"]] == [0, 10, 10]  # the first request came 1 s in
+    assert [row["users"] for row in report["timeline"]] == [2, 2, 1]
+    assert report["measured_s"] == 3.1  # from load start (99.0) to the end of the last request (102.105)
+
+
 def test_scenarios_are_bounded_curves() -> None:
     assert [users_at("spike", t, 16, 10) for t in range(11)] == [4] * 4 + [16] * 2 + [4] * 4 + [0]
     assert users_at("steady", 0, 8, 20) >= 1 and users_at("steady", 5, 8, 20) == 8 and users_at("soak", 20, 8, 20) == 0
@@ -70,13 +81,18 @@ def test_a_short_headless_run_writes_a_sane_report(ropeserve_url: str, tmp_path:
     completed = subprocess.run(command, capture_output=True, text=True, timeout=150)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     report = json.loads((tmp_path / "report.json").read_text())
-    totals = report["totals"]
-    assert (
-        totals["requests"] > 10 and totals["rps"] > 0 and 0 < totals["p50_ms"] <= totals["p95_ms"] <= totals["p99_ms"]
-    )
-    assert report["server_errors_5xx"] == 0 and report["checks"]["passed"]
-    assert {row["name"] for row in report["endpoints"]} >= {"cos-sin decode"}
-    assert report["run"]["server"]["version"] and report["timeline"]
+    totals = report["totals"]  # how many requests fit in 4 s depends on the machine: only their shape is checked
+    assert totals["requests"] >= 1 and 0 < totals["p50_ms"] <= totals["p95_ms"] <= totals["p99_ms"]
+    assert totals["requests"] == sum(row["requests"] for row in report["endpoints"])
+    assert report["server_errors_5xx"] == 0 and report["transport_errors"] == 0 and report["checks"]["passed"]
+    assert report["run"]["server"]["version"]
+    meta = json.loads((tmp_path / "samples.csv.meta.json").read_text())
+    first_request = min(float(line.split(",")[0]) for line in (tmp_path / "samples.csv").read_text().splitlines()[1:])
+    assert meta["load_started"] <= first_request  # the clock starts with the load, after the payloads are built
+    timeline = report["timeline"]
+    assert [row["t"] for row in timeline] == list(range(len(timeline))) and 1 <= len(timeline) <= 4
+    running = [row["users"] for row in timeline]
+    assert running[0] <= 1 and max(users for users in running if users is not None) == 2  # the ramp, as it ran
     assert (tmp_path / "report.md").read_text().startswith("# ropeserve load run: steady")
     assert (tmp_path / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

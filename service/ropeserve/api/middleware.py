@@ -18,13 +18,16 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ropeserve.api.problems import PROBE_PATHS, problem_response
-from ropeserve.errors import PayloadTooLarge, ServiceError, Unauthorized
+from ropeserve.errors import PayloadTooLarge, ServiceError, Unauthorized, UnsupportedMediaType
 from ropeserve.metrics import Metrics
 from ropeserve.settings import Settings
 
 access_logger = logging.getLogger("ropeserve.access")
 CLIENT_CLOSED_REQUEST = 499
 """Recorded (never sent) when the client went away mid-upload: nginx's code, as the rotation routes use."""
+METRIC_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
+"""Methods kept as ``method`` label values (RFC 9110 and PATCH); any other method is counted as ``other``, so
+clients cannot add label values (the HTTP parser accepts 35 methods). Routes are templates or ``unmatched``."""
 
 
 def configure_access_log(enabled: bool) -> None:
@@ -43,6 +46,24 @@ def _header(scope: Scope, name: bytes) -> str | None:
         if key == name:
             return value.decode("latin-1")
     return None
+
+
+def _bearer_matches(authorization: str | None, token: str) -> bool:
+    """``Authorization: Bearer <token>``; the scheme is case-insensitive (RFC 9110 §11.1)."""
+    scheme, _, credentials = (authorization or "").strip().partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), token.encode())
+
+
+def _unsupported_encoding(scope: Scope) -> UnsupportedMediaType | None:
+    """Bodies are read as sent: any Content-Encoding but ``identity`` is a 415 (RFC 9110 §15.5.16)."""
+    encoding = _header(scope, b"content-encoding")
+    if encoding is None or all(part.strip().lower() in ("", "identity") for part in encoding.split(",")):
+        return None
+    return UnsupportedMediaType(
+        f"request bodies are not decoded: send the body without Content-Encoding (got {encoding!r})",
+        field="content-encoding",
+        headers={"Accept-Encoding": "identity"},
+    )
 
 
 class _Exchange:
@@ -127,13 +148,13 @@ class ServiceMiddleware:
                 raise
 
     def _refusal(self, scope: Scope) -> ServiceError | None:
-        """An error to answer without running the app: bad token, or a declared body over the limit."""
+        """An error to answer without running the app: bad token, encoded body, or a declared body over the limit."""
         token = self.settings.auth_token
         protected = scope["path"] not in PROBE_PATHS or self.settings.auth_protect_probes
-        if token and protected:
-            given = _header(scope, b"authorization") or ""
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                return Unauthorized("send 'Authorization: Bearer <token>'", headers={"WWW-Authenticate": "Bearer"})
+        if token and protected and not _bearer_matches(_header(scope, b"authorization"), token):
+            return Unauthorized("send 'Authorization: Bearer <token>'", headers={"WWW-Authenticate": "Bearer"})
+        if (unsupported := _unsupported_encoding(scope)) is not None:
+            return unsupported
         declared = _header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.settings.max_body_bytes:
             return PayloadTooLarge(
@@ -147,7 +168,7 @@ class ServiceMiddleware:
     def _record(self, scope: Scope, status: int, seconds: float, request_id: str) -> None:
         route = getattr(scope.get("route"), "path", None) or "unmatched"
         method = scope.get("method", "")
-        labels = {"route": route, "method": method, "status": str(status)}
+        labels = {"route": route, "method": method if method in METRIC_METHODS else "other", "status": str(status)}
         self.metrics.requests.labels(**labels).inc()
         self.metrics.request_duration.labels(**labels).observe(seconds)
         error_type = scope.get("state", {}).get("error_type")

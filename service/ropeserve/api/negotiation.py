@@ -83,7 +83,7 @@ async def read_safetensors_request(
     400 for malformed bytes, 422 naming the tensor for dtype/shape/limit/presence problems. ``timings`` (if given)
     receives ``read_s`` and ``decode_s``; ``take`` may lend the body buffer (see ``codec.read_body``).
     """
-    media_type = request.headers.get("content-type", "").split(";")[0].strip()
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()  # case-insensitive
     if media_type not in SAFETENSORS_MEDIA_TYPES:
         raise UnsupportedMediaType(
             f"send a safetensors body as application/x-safetensors (got {media_type or 'no content type'!r})",
@@ -106,7 +106,7 @@ async def read_safetensors_request(
 
 def wants_safetensors(request: Request, binary_default: bool = False) -> bool:
     """Safetensors when Accept names it; with ``binary_default`` also unless Accept asks for JSON only."""
-    accept = request.headers.get("accept", "")
+    accept = request.headers.get("accept", "").lower()
     if any(media in accept for media in SAFETENSORS_MEDIA_TYPES):
         return True
     return binary_default and "application/json" not in accept

@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ropeserve.errors import PROBLEM_BASE_URI, ServiceError
+from ropeserve.errors import PROBLEM_BASE_URI, ServiceError, UnsupportedMediaType
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 PROBE_PATHS = frozenset({"/health", "/health/live", "/health/ready", "/metrics"})
@@ -55,7 +55,7 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 def declare_common_problems(app: FastAPI) -> None:
     """Declare, in the OpenAPI schema, the statuses any operation can answer: 500 everywhere, 401 off the
-    probe paths (optional auth), and 400/413/422 on every operation that takes a body."""
+    probe paths (optional auth), and 400/413/415/422 on every operation that takes a body."""
     build_schema = app.openapi
 
     def openapi_with_problems() -> dict[str, Any]:
@@ -66,7 +66,7 @@ def declare_common_problems(app: FastAPI) -> None:
             for method, operation in item.items():
                 statuses = [500] + ([] if path in PROBE_PATHS else [401])
                 if method in ("post", "put", "patch"):
-                    statuses += [400, 413, 422]
+                    statuses += [400, 413, 415, 422]
                 for status, spec in problem_responses(*statuses).items():
                     declared = operation["responses"].get(str(status))
                     if declared is None or PROBLEM_MEDIA_TYPE not in declared.get("content", {}):
@@ -104,15 +104,42 @@ def _location(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "body"
 
 
+def _json_syntax_detail(error: dict[str, Any], document: Any) -> str:
+    """Where a JSON body stops parsing, as line and column (1-based) plus the parser's reason."""
+    position = error["loc"][-1] if isinstance(error["loc"][-1], int) else 0
+    text = document if isinstance(document, str) else ""
+    line = text.count("\n", 0, position) + 1
+    column = position - text.rfind("\n", 0, position)
+    reason = (error.get("ctx") or {}).get("error", "invalid JSON")
+    return f"the body is not valid JSON: {reason} at line {line}, column {column} (character {position})"
+
+
+def _unparsed_body(errors: list[dict[str, Any]]) -> bool:
+    """FastAPI validates the raw bytes when the Content-Type does not name JSON: the body was never parsed."""
+    return any(tuple(e.get("loc", ())) == ("body",) and isinstance(e.get("input"), bytes | bytearray) for e in errors)
+
+
+def _content_type_error(request: Request) -> UnsupportedMediaType:
+    given = request.headers.get("content-type")
+    return UnsupportedMediaType(
+        "send the body as JSON with 'Content-Type: application/json' "
+        + (f"(got {given!r})" if given else "(the request had no Content-Type)"),
+        field="content-type",
+    )
+
+
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
     first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
     field = _location(tuple(first.get("loc", ())))
     detail = "; ".join(f"{_location(tuple(e.get('loc', ())))}: {e.get('msg')}" for e in errors[:5])
-    if any(error.get("type") == "json_invalid" for error in errors):
+    if first.get("type") == "json_invalid":
         request.state.error_type = "malformed-payload"
+        detail = _json_syntax_detail(first, exc.body)
         return problem_response(_generic_problem(400, "malformed-payload", "Malformed payload", detail, "body"))
+    if _unparsed_body(errors):
+        return await _service_error(request, _content_type_error(request))
     request.state.error_type = "invalid-input"
     body = _generic_problem(422, "invalid-input", "Invalid input", detail, field)
     return problem_response(body)

@@ -44,6 +44,7 @@ def health(runtime: RuntimeDep) -> dict[str, str]:
 @router.get("/metrics", summary="Prometheus metrics (text format)", response_class=Response)
 def metrics(runtime: RuntimeDep) -> Response:
     runtime.metrics.table_cache_entries.set(len(runtime.tables))
+    runtime.metrics.table_cache_bytes.set(runtime.tables.nbytes)
     return Response(runtime.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 

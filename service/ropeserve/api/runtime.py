@@ -36,7 +36,7 @@ class Runtime:
             settings=settings,
             metrics=Metrics(),
             device=resolve_device(settings.device),
-            tables=TableCache(settings.table_cache_entries),
+            tables=TableCache(settings.table_cache_entries, settings.table_cache_bytes),
         )
 
     def set_ready(self, ready: bool) -> None:

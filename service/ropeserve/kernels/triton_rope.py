@@ -248,8 +248,9 @@ def _position_table(
     """
     grid = inputs.positions
     low, high = torch.stack(torch.aminmax(grid)).tolist() if grid.numel() else (0, 0)
-    if low >= 0 and table.ensure_rows(high):
-        cos_rows, sin_rows = table.rows
+    rows = table.rows_covering(high) if low >= 0 else None
+    if rows is not None:
+        cos_rows, sin_rows = rows
         return cos_rows, sin_rows, grid, mrope
     cos_half, sin_half = half_cos_sin(table, grid, mrope)
     batch, tokens = grid.shape[1:]

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 import torch
@@ -21,8 +23,10 @@ Pairing = Literal["neox", "gptj"]
 PAIRINGS: tuple[Pairing, ...] = ("neox", "gptj")
 TABLE_ROW_CAP = 1 << 18
 TABLE_BYTE_CAP = 64 * 2**20
-"""A cached table holds at most TABLE_ROW_CAP rows and TABLE_BYTE_CAP bytes (cos + sin); positions beyond
-its ``row_cap`` are computed directly instead of through the table (same values, no caching)."""
+"""A cached table holds at most TABLE_ROW_CAP rows and TABLE_BYTE_CAP bytes (cos + sin), and never more than its
+cache's byte budget; positions beyond its ``row_cap`` are computed directly instead (same values, no caching)."""
+TABLE_CACHE_BYTES = 256 * 2**20
+"""Default byte budget of a ``TableCache``: the cos/sin rows of all its tables together (4 tables at TABLE_BYTE_CAP)."""
 MAX_POSITION = 2**31 - 1
 """Largest position the service accepts (int32 range; float32 angles are inexact far below it anyway)."""
 
@@ -60,20 +64,32 @@ def _length_key(params: RopeParams, seq_len: int | None) -> int | None:
 class RopeTable:
     """Frequencies and a lazily grown half-width table for one (params, length, device).
 
-    ``rows``: (cos, sin), each [rows, n_freq] float32, already multiplied by ``attention_factor``; replaced
-    as one tuple when grown, so concurrent readers always see a matching pair.
+    ``rows``: (cos, sin), each [rows, n_freq] float32, already multiplied by ``attention_factor``. Growth is
+    serialised and monotonic: the pair is replaced as one tuple, only by a longer one, so a reader that took a
+    snapshot covering its positions (``rows_covering``) may gather from it whatever other threads do.
+    ``byte_cap`` bounds the rows' bytes (cos + sin); ``on_grow`` runs after each growth (the cache's accounting).
     """
 
     inv_freq: torch.Tensor
     attention_factor: float
     rows: tuple[torch.Tensor, torch.Tensor]
+    byte_cap: int = TABLE_BYTE_CAP
+    on_grow: Callable[[RopeTable], None] | None = field(default=None, repr=False, compare=False)
+    _growth_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
-    def build(cls, params: RopeParams, seq_len: int | None, device: torch.device) -> RopeTable:
+    def build(
+        cls,
+        params: RopeParams,
+        seq_len: int | None,
+        device: torch.device,
+        byte_cap: int = TABLE_BYTE_CAP,
+        on_grow: Callable[[RopeTable], None] | None = None,
+    ) -> RopeTable:
         inv_freq, attention_factor = compute_inv_freq(params, seq_len)
         inv_freq = inv_freq.to(device)
         empty = torch.empty(0, inv_freq.numel(), dtype=torch.float32, device=device)
-        return cls(inv_freq, float(attention_factor), (empty, empty))
+        return cls(inv_freq, float(attention_factor), (empty, empty), min(byte_cap, TABLE_BYTE_CAP), on_grow)
 
     def half_angles(self, positions: torch.Tensor) -> torch.Tensor:
         """``float32(p) · inv_freq``: [*positions.shape, n_freq] float32."""
@@ -86,32 +102,56 @@ class RopeTable:
 
     @property
     def row_cap(self) -> int:
-        """Most rows this table may grow to: TABLE_ROW_CAP, fewer for wide heads (TABLE_BYTE_CAP)."""
-        return min(TABLE_ROW_CAP, TABLE_BYTE_CAP // (8 * max(self.inv_freq.numel(), 1)))
+        """Most rows this table may grow to: TABLE_ROW_CAP, fewer for wide heads or a small ``byte_cap``."""
+        return min(TABLE_ROW_CAP, self.byte_cap // (8 * max(self.inv_freq.numel(), 1)))
 
-    def ensure_rows(self, max_position: int) -> bool:
-        """Grow the cached rows (to a power of two) to cover ``max_position``; False when beyond ``row_cap``."""
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the cached rows (cos + sin)."""
+        cos_rows, sin_rows = self.rows
+        return cos_rows.nbytes + sin_rows.nbytes
+
+    def rows_covering(self, max_position: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """A snapshot of the rows (cos, sin) covering ``0..max_position``, grown to a power of two as needed;
+        None beyond ``row_cap``. Each [rows, n_freq] float32 with rows > ``max_position``."""
         if max_position >= self.row_cap:
-            return False
-        if max_position >= self.rows[0].shape[0]:
+            return None
+        snapshot = self.rows
+        if max_position < snapshot[0].shape[0]:
+            return snapshot
+        with self._growth_lock:
+            snapshot = self.rows
+            if max_position < snapshot[0].shape[0]:  # another thread grew it meanwhile
+                return snapshot
             count = min(self.row_cap, 1 << max(max_position, 1).bit_length())
-            self.rows = self.compute_half(torch.arange(count, device=self.inv_freq.device))
-        return True
+            snapshot = self.compute_half(torch.arange(count, device=self.inv_freq.device))
+            self.rows = snapshot
+        if self.on_grow is not None:
+            self.on_grow(self)
+        return snapshot
 
     def gather_half(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Scaled cos/sin for ``positions`` via the cached table (grown as needed), else computed directly."""
         positions = positions.to(self.inv_freq.device)
-        if positions.numel() == 0 or int(positions.min()) < 0 or not self.ensure_rows(int(positions.max())):
+        rows = None
+        if positions.numel() and int(positions.min()) >= 0:
+            rows = self.rows_covering(int(positions.max()))
+        if rows is None:
             return self.compute_half(positions)
-        cos_rows, sin_rows = self.rows
+        cos_rows, sin_rows = rows
         return cos_rows[positions], sin_rows[positions]
 
 
 class TableCache:
-    """Bounded, thread-safe LRU of ``RopeTable`` keyed by (params, length key, device)."""
+    """Thread-safe LRU of ``RopeTable`` keyed by (params, length key, device), bounded in entries and in bytes.
 
-    def __init__(self, max_entries: int = 64) -> None:
-        self.max_entries = max_entries
+    ``max_bytes`` bounds the cached rows of all tables together: no table grows past it (positions beyond are
+    computed directly, not cached), and after a table grows the least recently used tables are dropped until the
+    total fits. A dropped table stays alive only while requests still hold it.
+    """
+
+    def __init__(self, max_entries: int = 64, max_bytes: int = TABLE_CACHE_BYTES) -> None:
+        self.max_entries, self.max_bytes = max_entries, max_bytes
         self._tables: OrderedDict[tuple[object, ...], RopeTable] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
@@ -126,12 +166,28 @@ class TableCache:
                 self.hits += 1
                 return table
             self.misses += 1
-        table = RopeTable.build(params, seq_len, device)
+        built = RopeTable.build(params, seq_len, device, self.max_bytes, partial(self._grew, key))
         with self._lock:
-            self._tables[key] = table
-            while len(self._tables) > self.max_entries:
-                self._tables.popitem(last=False)
+            table = self._tables.setdefault(key, built)  # a concurrent miss may have stored one first: share it
+            self._evict()
         return table
+
+    def _grew(self, key: tuple[object, ...], table: RopeTable) -> None:
+        with self._lock:
+            if self._tables.get(key) is table:
+                self._evict()
+
+    def _evict(self) -> None:
+        """Drop least recently used tables until both bounds hold (the caller holds the lock)."""
+        held = sum(table.nbytes for table in self._tables.values())
+        while self._tables and (len(self._tables) > self.max_entries or held > self.max_bytes):
+            held -= self._tables.popitem(last=False)[1].nbytes
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the cos/sin rows the cache holds now."""
+        with self._lock:
+            return sum(table.nbytes for table in self._tables.values())
 
     def __len__(self) -> int:
         return len(self._tables)
