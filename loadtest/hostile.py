@@ -15,13 +15,17 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["HOSTILE", "AnswerBook", "HostileRequest", "problem_check"]
+__all__ = ["HOSTILE", "HOSTILE_PREFIX", "WRONG", "AnswerBook", "HostileRequest", "problem_check"]
 
 HUGE = "1" + "0" * 400
 """An integer literal of 401 digits: 10**400, beyond float64 and every integer type."""
+HOSTILE_PREFIX = "hostile: "
+"""Stats names of hostile requests start with this (the report counts their 4xx as expected refusals)."""
+WRONG = "wrong: "
+"""Failure texts of wrong answers start with this (the report counts them apart from errors)."""
 JSON = {"content-type": "application/json"}
 SAFETENSORS = {"content-type": "application/x-safetensors"}
 
@@ -76,7 +80,7 @@ HOSTILE: list[HostileRequest] = [
         '"rows": [[{"text": 3}, {"video": [2, 4, 4], "second_per_grid_t": 1.0}]]}',
     ),
     _json("vision_config list", "/v1/vision/rope", '{"config": {"vision_config": [1, 2]}, "grids": [[1, 4, 4]]}'),
-    _json("lint beta_fast 1e308", "/v1/config/validate", json.dumps({"config": YARN_BETA_FAST_1E308})),
+    _json("YaRN beta_fast 1e308", "/v1/rope/cos-sin", json.dumps({"config": YARN_BETA_FAST_1E308, "positions": [1]})),
     _json("JSON nested 100k", "/v1/positions", "[" * 100_000 + "]" * 100_000),
     _json("JSON without content type", "/v1/positions", '{"cache_lengths": [3]}', headers={}),
     _json("oversized JSON body", "/v1/rope/cos-sin", _oversized_positions_body()),
@@ -102,10 +106,22 @@ def problem_check(status: int, headers: Mapping[str, str], body: bytes) -> str |
     """Why a hostile request's answer is wrong (None when it is a 4xx problem+json other than 429)."""
     media_type = headers.get("content-type", "").split(";")[0].strip().lower()
     if not 400 <= status < 500 or status == 429:
-        return f"wrong: hostile request answered {status}"
+        return f"{WRONG}hostile request answered {status}"
     if media_type != "application/problem+json":
-        return f"wrong: hostile request answered {status} as {media_type or 'no content type'}"
+        return f"{WRONG}hostile request answered {status} as {media_type or 'no content type'}"
     return None
+
+
+def _safetensors_header(body: bytes) -> dict[str, object] | None:
+    """The header of a safetensors answer, or None when ``body`` is not one."""
+    if len(body) < 8:
+        return None
+    length = struct.unpack_from("<Q", body)[0]
+    try:
+        header = json.loads(body[8 : 8 + length]) if 8 + length <= len(body) else None
+    except ValueError:
+        return None
+    return header if isinstance(header, dict) else None
 
 
 class AnswerBook:
@@ -116,11 +132,18 @@ class AnswerBook:
 
     @staticmethod
     def digest(body: bytes) -> str:
-        return hashlib.sha256(body).hexdigest()
+        """SHA-256 of what an answer says: a safetensors answer's tensors (names, dtypes, shapes, bytes) without
+        its ``__metadata__``, which carries timings; any other answer's bytes."""
+        header = _safetensors_header(body)
+        if header is None:
+            return hashlib.sha256(body).hexdigest()
+        header.pop("__metadata__", None)
+        described = json.dumps(header, sort_keys=True).encode()
+        start = 8 + struct.unpack_from("<Q", body)[0]
+        return hashlib.sha256(described + memoryview(body)[start:]).hexdigest()
 
-    def record(self, key: str, fetch: Callable[[], tuple[int, bytes]]) -> None:
-        """Take the reference answer for ``key`` from ``fetch`` (a serial request before the load)."""
-        status, body = fetch()
+    def record(self, key: str, status: int, body: bytes) -> None:
+        """Keep the reference answer for ``key`` (taken by a request on its own, before the load starts)."""
         if status != 200:
             raise RuntimeError(f"reference answer for {key!r}: HTTP {status}: {body[:200]!r}")
         self.digests[key] = self.digest(body)
@@ -130,4 +153,4 @@ class AnswerBook:
         expected = self.digests.get(key)
         if expected is None or self.digest(body) == expected:
             return None
-        return f"wrong: answer of {key!r} differs from the quiet server's"
+        return f"{WRONG}answer of {key!r} differs from the quiet server's"

@@ -18,6 +18,7 @@ import json
 import os
 import random
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,8 +29,10 @@ import numpy as np
 from locust import FastHttpUser, LoadTestShape, between, events, task
 from locust.env import Environment
 
+from hostile import HOSTILE, HOSTILE_PREFIX, AnswerBook, HostileRequest, problem_check
 from ropeserve_client import Operation
 from ropeserve_client import _endpoints as api
+from ropeserve_client._operations import parse_text
 from scenarios import SCENARIOS, users_at
 
 __all__ = ["MIX", "RopeUser", "ScenarioShape"]
@@ -45,12 +48,14 @@ USER_SAMPLE_S = 0.25
 
 @dataclass(frozen=True)
 class Request:
-    """One kind of request in the mix: stats name, weight, endpoint, and a factory of fresh operations."""
+    """One kind of request in the mix: stats name, weight, endpoint, a factory of fresh operations, and an optional
+    check of the answer (why it is wrong, or None) that replaces the default "any 2xx is right"."""
 
     name: str
     weight: int
     path: str
     make: Callable[[], Operation[Any]]
+    check: Callable[[Any], str | None] | None = None
 
 
 def _decode_positions() -> list[int]:
@@ -91,19 +96,23 @@ LINT_CONFIG = {
 }
 
 
-def _half_precision(*shape: int) -> Any:
-    """Random bfloat16 activations (float16 when torch is missing; numpy has no bfloat16)."""
+def _half_precision(*shape: int, seed: int = 0) -> Any:
+    """Random bfloat16 activations from ``seed`` (float16 when torch is missing; numpy has no bfloat16)."""
     try:
         import torch
     except ImportError:
-        return np.random.default_rng(0).standard_normal(shape).astype(np.float16)
-    return torch.randn(*shape, dtype=torch.bfloat16)
+        return np.random.default_rng(seed).standard_normal(shape).astype(np.float16)
+    return torch.randn(*shape, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(seed))
 
 
 @functools.cache
-def rotation(tokens: int) -> Operation[Any]:
-    """A Llama-3.1-8B rotation request (32 query heads, 8 KV heads, head_dim 128); built once, sent many times."""
-    q, k = _half_precision(1, 32, tokens, 128), _half_precision(1, 8, tokens, 128)
+def rotation(tokens: int, variant: int = 0) -> Operation[Any]:
+    """A Llama-3.1-8B rotation request (32 query heads, 8 KV heads, head_dim 128); built once, sent many times.
+    Variants of one size hold different activations."""
+    q, k = (
+        _half_precision(1, 32, tokens, 128, seed=2 * variant),
+        _half_precision(1, 8, tokens, 128, seed=2 * variant + 1),
+    )
     return api.apply_rope(q, k, positions=np.arange(tokens), preset="llama-3.1-8b", layout="bhtd")
 
 
@@ -136,6 +145,45 @@ MIX = [
     Request("ready probe", 1, "/health/ready", api.ready),
 ]
 """What a fleet of serving stacks asks for: mostly per-step decode work, some prefill, occasional lint and probes."""
+
+BOOK = AnswerBook()
+VERIFIED_VARIANTS = 4
+"""Same-size rotations with different contents: an answer holding a neighbour's bytes no longer matches its digest."""
+
+
+def _verify(key: str) -> Callable[[Any], str | None]:
+    def check(response: Any) -> str | None:
+        return _default_check(response) or BOOK.check(key, response.content or b"")
+
+    return check
+
+
+def _refused(response: Any) -> str | None:
+    return problem_check(response.status_code or 0, response.headers or {}, response.content or b"")
+
+
+def _hostile(request: HostileRequest) -> Request:
+    operation = Operation(request.method, request.path, parse_text, content=request.body, headers=request.headers)
+    return Request(HOSTILE_PREFIX + request.name, 1, request.path, lambda: operation, _refused)
+
+
+def _verified_rotation(tokens: int, variant: int) -> Request:
+    name = f"verified rotate {tokens} #{variant}"
+    return Request(name, 2, "/v1/rope/apply", lambda: rotation(tokens, variant), _verify(name))
+
+
+SOAK_EXTRAS = [
+    *(_verified_rotation(tokens, v) for tokens in (4, 256) for v in range(VERIFIED_VARIANTS)),
+    Request(
+        "verified cos-sin", 4, "/v1/rope/cos-sin", lambda: api.cos_sin(range(100, 164), preset="qwen3-8b"),
+        _verify("verified cos-sin"),
+    ),
+    *(_hostile(request) for request in HOSTILE),
+]  # fmt: skip
+"""The soak adds answers checked against a quiet server's and hostile requests that must get a 4xx problem."""
+_VERIFIED_NAMES = frozenset(r.name for r in SOAK_EXTRAS if not r.name.startswith(HOSTILE_PREFIX))
+if SCENARIO == "soak":
+    MIX = MIX + SOAK_EXTRAS
 
 
 def available_paths(host: str) -> set[str] | None:
@@ -187,7 +235,7 @@ class Recorder:
     def on_request(self, name: str, response_time: float, response_length: int, **kwargs: Any) -> None:
         response, exception = kwargs.get("response"), kwargs.get("exception")
         status = getattr(response, "status_code", 0) or 0
-        error = "" if exception is None or 200 <= status < 300 else str(exception).splitlines()[0][:200]
+        error = "" if exception is None else str(exception).splitlines()[0][:200]  # a wrong 200 has one too
         if status == 0 and exception is not None:
             error = f"transport: {type(exception).__name__}: {exception}"[:200]
         started = kwargs.get("start_time") or time.time() - response_time / 1000
@@ -220,7 +268,32 @@ def choose_mix(environment: Environment, **kwargs: Any) -> None:
             raise RuntimeError(f"{request.name}: the client sends it to {request.make().path}, not {request.path}")
     RopeUser.mix = kept
     RopeUser.weights = [r.weight for r in kept]
+    for request in kept:
+        if request.name in _VERIFIED_NAMES:
+            BOOK.record(request.name, *_send_once(environment.host or "", request.make()))
     RECORDER.start_load(environment)
+
+
+def _wire(operation: Operation[Any]) -> tuple[dict[str, str], bytes | None]:
+    """The headers and body the client sends for ``operation``."""
+    headers = {**ACCEPT, **operation.headers} if operation.tensor_answer else dict(operation.headers)
+    body = operation.content
+    if operation.json is not None:
+        body = json.dumps(operation.json).encode()
+        headers["content-type"] = "application/json"
+    return headers, body
+
+
+def _send_once(host: str, operation: Operation[Any]) -> tuple[int, bytes]:
+    """One request on its own (the reference answers are taken this way, before the load starts)."""
+    headers, body = _wire(operation)
+    url = f"{host.rstrip('/')}{operation.path}"
+    request = urllib.request.Request(url, data=body, headers=headers, method=operation.method)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:  # noqa: S310
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
 
 
 @events.quitting.add_listener
@@ -245,17 +318,20 @@ class RopeUser(FastHttpUser):
             return
         request = random.choices(self.mix, weights=self.weights)[0]
         operation = request.make()
-        headers = {**ACCEPT, **operation.headers} if operation.tensor_answer else dict(operation.headers)
-        body = operation.content
-        if operation.json is not None:
-            body = json.dumps(operation.json).encode()
-            headers["content-type"] = "application/json"
+        headers, body = _wire(operation)
         with self.client.request(
             operation.method, operation.path, name=request.name, data=body, headers=headers,
             catch_response=True,
         ) as response:  # fmt: skip
-            if not 200 <= (response.status_code or 0) < 300:
-                response.failure(_failure_label(response))
+            reason = request.check(response) if request.check else _default_check(response)
+            if reason is None:
+                response.success()
+            else:
+                response.failure(reason)
+
+
+def _default_check(response: Any) -> str | None:
+    return None if 200 <= (response.status_code or 0) < 300 else _failure_label(response)
 
 
 def _failure_label(response: Any) -> str:

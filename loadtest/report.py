@@ -1,8 +1,10 @@
 """Turn the per-request samples of a load run into a report: JSON, Markdown and a PNG timeline.
 
 Outcome classes: ``ok`` (2xx), ``rejected`` (429: back-pressure), ``client_error`` (other 4xx), ``server_error``
-(5xx) and ``transport`` (no HTTP answer). A run fails when it saw any 5xx or transport error; 429 counts as a
-failure except in the overload scenario, where it is the expected answer (the report says whether any came).
+(5xx), ``transport`` (no HTTP answer), ``wrong`` (an answer its request's check refused: a verified answer that
+differs from the quiet server's, a hostile request that was not refused) and ``refused`` (a hostile request's
+expected 4xx problem). A run fails when it saw any 5xx, transport error or wrong answer; 429 counts as a failure
+except in the overload scenario, where it is the expected answer (the report says whether any came).
 """
 
 from __future__ import annotations
@@ -18,7 +20,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Sample", "build_report", "read_samples", "users_per_second", "write_markdown", "write_plot"]
+from hostile import HOSTILE_PREFIX, WRONG
+
+__all__ = [
+    "Sample",
+    "build_report",
+    "latency_summary",
+    "read_samples",
+    "users_per_second",
+    "write_markdown",
+    "write_plot",
+]
 
 PERCENTILES = (50, 95, 99)
 
@@ -40,11 +52,15 @@ class Sample:
     def outcome(self) -> str:
         if self.status == 0:
             return "transport"
+        if self.status >= 500:
+            return "server_error"
+        if self.error.startswith(WRONG):
+            return "wrong"
         if 200 <= self.status < 300:
             return "ok"
         if self.status == 429:
             return "rejected"
-        return "server_error" if self.status >= 500 else "client_error"
+        return "refused" if self.name.startswith(HOSTILE_PREFIX) else "client_error"
 
 
 def read_samples(path: Path) -> list[Sample]:
@@ -85,12 +101,21 @@ def _median(values: Sequence[float | None]) -> float | None:
     return round(float(np.percentile(present, 50)), 3) if present else None
 
 
-def _latency(values: Sequence[float]) -> dict[str, float | None]:
+def latency_summary(values: Sequence[float]) -> dict[str, float | None]:
     if not values:
         return {f"p{p}_ms": None for p in PERCENTILES} | {"mean_ms": None, "max_ms": None}
     array = np.asarray(values, dtype=np.float64)
     stats: dict[str, float | None] = {f"p{p}_ms": round(float(np.percentile(array, p)), 3) for p in PERCENTILES}
     return stats | {"mean_ms": round(float(array.mean()), 3), "max_ms": round(float(array.max()), 3)}
+
+
+def _probe_text(probes: dict[str, Any] | None) -> str:
+    if not probes or not probes.get("probes"):
+        return ""
+    return (
+        f"; liveness probes during the run: {probes['probes']}, {probes['failures']} failed, "
+        f"p50 {probes['p50_ms']} ms, p99 {probes['p99_ms']} ms, max {probes['max_ms']} ms"
+    )
 
 
 def _group_summary(name: str, samples: Sequence[Sample], seconds: float) -> dict[str, Any]:
@@ -101,10 +126,10 @@ def _group_summary(name: str, samples: Sequence[Sample], seconds: float) -> dict
         "requests": len(samples),
         "rps": round(len(samples) / seconds, 2),
         "ok_rps": round(outcomes["ok"] / seconds, 2),
-        "failures": len(samples) - outcomes["ok"],
+        "failures": len(samples) - outcomes["ok"] - outcomes["refused"],
         "outcomes": dict(outcomes),
         "mean_bytes": round(sum(s.size for s in samples) / len(samples)) if samples else 0,
-        **_latency(ok_latencies),
+        **latency_summary(ok_latencies),
         "server_p50_ms": _median([s.server_ms for s in samples if s.outcome == "ok"]),
         "queue_p50_ms": _median([s.queue_ms for s in samples if s.outcome == "ok"]),
     }
@@ -112,7 +137,7 @@ def _group_summary(name: str, samples: Sequence[Sample], seconds: float) -> dict
 
 def _failure_types(samples: Iterable[Sample]) -> dict[str, int]:
     """Failures by type: ``429 overloaded``, ``HTTP 502``, ``transport: ConnectionRefusedError`` ..."""
-    counts = Counter(s.error or f"HTTP {s.status}" for s in samples if s.outcome != "ok")
+    counts = Counter(s.error or f"HTTP {s.status}" for s in samples if s.outcome not in ("ok", "refused"))
     return dict(counts.most_common())
 
 
@@ -174,7 +199,7 @@ def build_report(
     names = sorted({s.name for s in samples})
     outcomes = Counter(s.outcome for s in samples)
     timeline = _timeline(samples, origin, users, max(1, math.ceil(float(run["duration_s"]))))
-    failed_by = [key for key in ("server_error", "transport") if outcomes[key]]
+    failed_by = [key for key in ("server_error", "transport", "wrong") if outcomes[key]]
     if not expects_rejections and outcomes["rejected"]:
         failed_by.append("rejected")
     return {
@@ -185,6 +210,8 @@ def build_report(
         "server_errors_5xx": outcomes["server_error"],
         "transport_errors": outcomes["transport"],
         "rejected_429": outcomes["rejected"],
+        "wrong_answers": outcomes["wrong"],
+        "expected_refusals": outcomes["refused"],
         "failures_by_type": _failure_types(samples),
         "endpoints": [_group_summary(n, [s for s in samples if s.name == n], seconds) for n in names],
         "skipped_requests": list(skipped),
@@ -222,6 +249,8 @@ def write_markdown(report: dict[str, Any], path: Path) -> None:
         f"p99 {_cell(totals['p99_ms'])} ms. 5xx: {report['server_errors_5xx']}, transport errors: "
         f"{report['transport_errors']}, 429: {report['rejected_429']}"
         + (" (expected in this scenario)" if checks["expects_429"] else "")
+        + f", wrong answers: {report['wrong_answers']}, hostile requests refused: {report['expected_refusals']}"
+        + _probe_text(run.get("probe_latency_ms"))
         + f". **Checks {'passed' if checks['passed'] else 'FAILED: ' + ', '.join(checks['failed_by'])}.**",
         "",
         "| request | requests | req/s | p50 ms | p95 ms | p99 ms | max ms | server p50 ms | failures | mean bytes |",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import http.client
 import importlib.util
 import json
 import math
@@ -39,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from report import build_report, read_samples, users_per_second, write_all  # noqa: E402
+from report import build_report, latency_summary, read_samples, users_per_second, write_all  # noqa: E402
 from scenarios import MAX_USERS, SCENARIOS  # noqa: E402
 
 __all__ = ["main"]
@@ -49,6 +50,8 @@ REPLICAS_DEMO = ROOT / "deploy" / "replicas.py"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 LOCUST_OVERHEAD_S = 90
 """Start-up (imports, payloads) and stop allowance on top of the scenario's duration before locust is killed."""
+PROBE_INTERVAL_S, PROBE_TIMEOUT_S = 0.1, 1.0
+"""Liveness probes during the run: one every 100 ms, each on a new connection, failed after 1 s."""
 
 
 class UsageError(Exception):
@@ -162,6 +165,46 @@ class RssSampler(threading.Thread):
         return {"start": self.values[0], "end": self.values[-1], "max": max(self.values)}
 
 
+class ProbeSampler(threading.Thread):
+    """Latency of ``GET /health/live`` on a fresh connection every ``PROBE_INTERVAL_S``, as an orchestrator's
+    liveness probe sees it while the load runs (one that fails or takes over ``PROBE_TIMEOUT_S`` counts as failed)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        parsed = urllib.parse.urlsplit(url)
+        self.host, self.port = parsed.hostname or "127.0.0.1", parsed.port or 80
+        self.latencies_ms: list[float] = []
+        self.failures = 0
+        self.done = threading.Event()
+
+    def probe(self) -> float | None:
+        """One probe's latency in ms (None when it failed)."""
+        started = time.perf_counter()
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=PROBE_TIMEOUT_S)
+        try:
+            connection.request("GET", "/health/live")
+            answer = connection.getresponse()
+            answer.read()
+            return (time.perf_counter() - started) * 1000 if answer.status == 200 else None
+        except OSError:
+            return None
+        finally:
+            connection.close()
+
+    def run(self) -> None:
+        while not self.done.wait(PROBE_INTERVAL_S):
+            latency = self.probe()
+            if latency is None:
+                self.failures += 1
+            else:
+                self.latencies_ms.append(latency)
+
+    def summary(self) -> dict[str, Any]:
+        return {"probes": len(self.latencies_ms) + self.failures, "failures": self.failures} | latency_summary(
+            self.latencies_ms
+        )
+
+
 def _server_children() -> list[int]:
     me, pids = os.getpid(), []
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -229,17 +272,23 @@ def execute(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     with target(args) as url:
         info = server_info(url)
-        sampler = RssSampler()
+        sampler, probes = RssSampler(), ProbeSampler(url)
         sampler.start()
+        probes.start()
         began = time.monotonic()
         status = run_locust(url, args, out)
         sampler.done.set()
+        probes.done.set()
         wall = time.monotonic() - began
     samples_path = out / "samples.csv"
     if status != 0 or not samples_path.exists():
         print(f"locust failed (exit {status}); see {out / 'locust.log'}", file=sys.stderr)
         return EXIT_FAILED
-    run = run_description(args, url, info, started) | {"wall_s": round(wall, 1), "server_rss_mb": sampler.summary()}
+    run = run_description(args, url, info, started) | {
+        "wall_s": round(wall, 1),
+        "server_rss_mb": sampler.summary(),
+        "probe_latency_ms": probes.summary(),
+    }
     meta = json.loads(Path(str(samples_path) + ".meta.json").read_text())
     report = build_report(
         read_samples(samples_path),

@@ -13,6 +13,7 @@ import pytest
 LOADTEST = Path(__file__).resolve().parents[2] / "loadtest"
 sys.path.insert(0, str(LOADTEST))
 
+from hostile import HOSTILE_PREFIX, AnswerBook, problem_check  # noqa: E402
 from report import Sample, build_report, users_per_second, write_markdown  # noqa: E402
 from scenarios import users_at  # noqa: E402
 
@@ -65,6 +66,43 @@ def test_the_timeline_counts_from_load_start_and_shows_the_users_that_ran() -> N
     assert [row["ok_rps"] for row in report["timeline"]] == [0, 10, 10]  # the first request came 1 s in
     assert [row["users"] for row in report["timeline"]] == [2, 2, 1]
     assert report["measured_s"] == 3.1  # from load start (99.0) to the end of the last request (102.105)
+
+
+def _safetensors_answer(metadata: str, data: bytes) -> bytes:
+    header = json.dumps({"__metadata__": {"ropeserve": metadata}, "q": {"dtype": "U8", "shape": [len(data)],
+                         "data_offsets": [0, len(data)]}}).encode()  # fmt: skip
+    return len(header).to_bytes(8, "little") + header + data
+
+
+def test_the_answer_book_ignores_timings_but_not_a_single_changed_byte() -> None:
+    book = AnswerBook()
+    book.record("rotate", 200, _safetensors_answer('{"total_s": 0.1}', bytes(range(64))))
+    assert book.check("rotate", _safetensors_answer('{"total_s": 0.25}', bytes(range(64)))) is None
+    leaked = bytearray(range(64))
+    leaked[63] ^= 1
+    assert book.check("rotate", _safetensors_answer('{"total_s": 0.1}', bytes(leaked))) is not None
+    assert book.check("cos-sin", b"anything") is None  # no reference taken: nothing to compare
+    with pytest.raises(RuntimeError):
+        book.record("broken", 500, b"")
+
+
+def test_hostile_requests_must_be_refused_with_a_problem() -> None:
+    problem = {"content-type": "application/problem+json"}
+    assert problem_check(422, problem, b"{}") is None
+    assert problem_check(200, {"content-type": "application/json"}, b"{}") is not None  # accepted: wrong
+    assert problem_check(500, problem, b"{}") is not None
+    assert problem_check(429, problem, b"{}") is not None
+    assert problem_check(400, {"content-type": "text/plain"}, b"") is not None
+
+
+def test_wrong_answers_fail_a_run_and_expected_refusals_do_not() -> None:
+    refused = [Sample(100.0, HOSTILE_PREFIX + "theta 10**400", 422, 1.0, 10, "")] * 3
+    report = build_report(samples()[:20] + refused, run=RUN, users=[4], expects_rejections=False)
+    assert report["expected_refusals"] == 3 and report["wrong_answers"] == 0 and report["checks"]["passed"]
+    assert report["totals"]["failures"] == 0
+    wrong = [Sample(101.0, "verified rotate 4 #0", 200, 1.0, 10, "wrong: answer differs")]
+    report = build_report(samples()[:20] + wrong, run=RUN, users=[4], expects_rejections=False)
+    assert report["wrong_answers"] == 1 and report["checks"]["failed_by"] == ["wrong"]
 
 
 def test_scenarios_are_bounded_curves() -> None:
