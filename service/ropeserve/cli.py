@@ -20,6 +20,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from ropeserve.api import create_app
     from ropeserve.api.app import DrainingServer
+    from ropeserve.logs import logging_config
     from ropeserve.settings import Settings
 
     overrides = {
@@ -40,6 +41,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=settings.port,
         workers=1,
         log_level=settings.log_level,
+        log_config=logging_config(settings.log_level),
         access_log=False,
         timeout_graceful_shutdown=int(settings.drain_timeout_s),
     )
