@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ropeserve import __version__
 from ropeserve.cli_lint import EXIT_FINDINGS, add_lint_commands
 
 
@@ -53,6 +54,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ropeserve", description="Position-encoding reference service.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the HTTP service (settings: ROPESERVE_* environment variables)")
     serve.add_argument("--host", help="interface (default 127.0.0.1, env ROPESERVE_HOST)")

@@ -16,6 +16,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from ropeserve import __version__
 from ropeserve.api import routes_encodings, routes_health, routes_lint, routes_positions, routes_rope, routes_rotation
+from ropeserve.api.docs import install_docs, operation_id
 from ropeserve.api.middleware import ServiceMiddleware, configure_access_log
 from ropeserve.api.problems import declare_common_problems, install_problem_handlers
 from ropeserve.api.runtime import Runtime
@@ -72,7 +73,16 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     runtime = Runtime.create(settings)
-    app = FastAPI(title="ropeserve", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(
+        title="ropeserve",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        generate_unique_id_function=operation_id,
+    )
+    install_docs(app)
     app.state.runtime = runtime
     routes_rotation.install(app)
     runtime.metrics.build_info.labels(

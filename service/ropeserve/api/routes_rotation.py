@@ -130,6 +130,7 @@ async def apply_rotation(request: Request, runtime: Runtime, *, mrope: bool) -> 
     openapi_extra={"requestBody": request_body(mrope=False)},
     responses=ROTATION_RESPONSES,
     response_class=Response,
+    operation_id="apply_rope",
 )
 async def rope_apply(request: Request, runtime: RuntimeDep) -> Response:
     return await apply_rotation(request, runtime, mrope=False)
@@ -143,6 +144,7 @@ async def rope_apply(request: Request, runtime: RuntimeDep) -> Response:
     openapi_extra={"requestBody": request_body(mrope=True)},
     responses=ROTATION_RESPONSES,
     response_class=Response,
+    operation_id="apply_mrope",
 )
 async def mrope_apply(request: Request, runtime: RuntimeDep) -> Response:
     return await apply_rotation(request, runtime, mrope=True)

@@ -92,6 +92,11 @@ def metrics() -> Operation[str]:
     return get_text("/metrics")
 
 
+def version() -> Operation[dict[str, Any]]:
+    """``GET /version``: the service's name and version, and its Python and torch versions."""
+    return get_json("/version")
+
+
 def info() -> Operation[dict[str, Any]]:
     """``GET /v1/info``: version, device, kernels, rope types, presets and limits."""
     return get_json("/v1/info")
@@ -523,6 +528,7 @@ class Endpoints:
     ready = Endpoint(ready)
     health = Endpoint(health)
     metrics = Endpoint(metrics)
+    version = Endpoint(version)
     info = Endpoint(info)
     cos_sin = Endpoint(cos_sin)
     positions = Endpoint(positions)
