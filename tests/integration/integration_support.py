@@ -121,7 +121,8 @@ def deployment_queries() -> dict[str, str]:
     dashboard = json.loads((REPO / "deploy/grafana/dashboards/ropeserve.json").read_text())
     queries = {f"dashboard: {p['title']}": t["expr"] for p in dashboard["panels"] for t in p["targets"]}
     for variable in dashboard["templating"]["list"]:
-        queries[f"dashboard variable {variable['name']}"] = variable["definition"]
+        if variable["type"] == "query":
+            queries[f"dashboard variable {variable['name']}"] = variable["definition"]
     alerts = yaml.safe_load((REPO / "deploy/prometheus/alerts.yml").read_text())
     queries.update({f"alert {r['alert']}": r["expr"] for g in alerts["groups"] for r in g["rules"]})
     component = REPO / "deploy/k8s/components/prometheus"
