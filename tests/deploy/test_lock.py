@@ -16,7 +16,7 @@ from packaging.version import Version
 
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 BUILD_REQUIRES = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
-VARIANT_EXTRAS = {"cpu": [], "cuda": ["gpu"]}
+VARIANT_EXTRAS = {"cpu": ["tracing"], "cuda": ["gpu", "tracing"]}
 
 
 def locked(variant: str) -> dict[str, tuple[Version, list[str]]]:

@@ -20,6 +20,7 @@ from ropeserve.api.docs import install_docs, operation_id
 from ropeserve.api.middleware import ServiceMiddleware, configure_access_log
 from ropeserve.api.problems import declare_common_problems, install_problem_handlers
 from ropeserve.api.runtime import Runtime
+from ropeserve.api.tracing import install_tracing
 from ropeserve.config import from_explicit
 from ropeserve.rope import rope_cos_sin
 from ropeserve.settings import Settings, get_settings
@@ -94,6 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_problem_handlers(app)
     configure_access_log(settings.access_log)
     app.add_middleware(ServiceMiddleware, settings=settings, metrics=runtime.metrics)
+    install_tracing(app, settings)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"], allow_headers=["*"]
