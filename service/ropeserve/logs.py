@@ -48,7 +48,7 @@ def logging_config(level: str) -> dict[str, Any]:
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"json": {"()": JsonFormatter}},
+        "formatters": {"json": {"()": f"{__name__}.JsonFormatter"}},
         "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}},
         "loggers": {
             **{name: {"handlers": ["stderr"], "level": level.upper(), "propagate": False} for name in SERVER_LOGGERS},
