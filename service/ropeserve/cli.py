@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ropeserve import __version__
 from ropeserve.cli_lint import EXIT_FINDINGS, add_lint_commands
 
 
@@ -20,6 +21,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from ropeserve.api import create_app
     from ropeserve.api.app import DrainingServer
+    from ropeserve.logs import logging_config
     from ropeserve.settings import Settings
 
     overrides = {
@@ -40,6 +42,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=settings.port,
         workers=1,
         log_level=settings.log_level,
+        log_config=logging_config(settings.log_level),
         access_log=False,
         timeout_graceful_shutdown=int(settings.drain_timeout_s),
     )
@@ -51,6 +54,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ropeserve", description="Position-encoding reference service.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the HTTP service (settings: ROPESERVE_* environment variables)")
     serve.add_argument("--host", help="interface (default 127.0.0.1, env ROPESERVE_HOST)")

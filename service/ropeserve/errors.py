@@ -19,6 +19,22 @@ from typing import Any, ClassVar
 PROBLEM_BASE_URI = "https://ropeserve.dev/problems/"
 
 
+def field_path(field: str) -> str:
+    """The one notation of ``field`` in problem documents: dotted keys and ``[index]``.
+
+    ``rope.rope_type``, ``config.rope_scaling.rope_type``, ``rows[0].segments[1]``; ``body`` or a header name
+    when the whole body or a header is at fault. JSON pointers raised deeper down (``/rope_scaling/factor``,
+    ``/text_config/rope_theta``) are rewritten here, so clients meet one notation.
+    """
+    if not field.startswith("/"):
+        return field
+    path = ""
+    for part in field[1:].split("/"):
+        key = part.replace("~1", "/").replace("~0", "~")
+        path += f"[{key}]" if key.isdigit() else f".{key}"
+    return path.lstrip(".")
+
+
 class ServiceError(Exception):
     """Base of all errors the service answers with a problem document."""
 
@@ -53,7 +69,7 @@ class ServiceError(Exception):
             "detail": self.detail,
         }
         if self.field is not None:
-            body["field"] = self.field
+            body["field"] = field_path(self.field)
         if instance is not None:
             body["instance"] = instance
         body.update(self.extensions)

@@ -1,18 +1,45 @@
 """Prometheus metrics: one registry per app, ``ropeserve_`` prefix, base units, ``_total`` counters.
 
-Bucket families live here (one place, as vLLM's ``buckets.py``): RoPE work takes microseconds to seconds,
-so durations use geometric buckets from 10 µs growing ×1.5 (35 buckets, up to ~15 s).
+Bucket families live here (one place, as vLLM's ``buckets.py``), written as decimal literals so that every
+``le`` label reads as typed (``0.0025``, never ``0.0025000000000000005``):
+
+* HTTP requests: 1 ms to 30 s in a 1-2.5-5 series (probes answer in about 1 ms, cos/sin and position requests in
+  1-50 ms, 64 MiB rotations in about 0.1-1 s, overload and drains in seconds).
+* Batch queue waits: 50 µs to 1 s (the batcher waits ``batch_max_wait_us``, 500 µs by default, then the kernel).
+* Kernel calls: 100 µs to 10 s.
+* Requests per batch: half-integer bounds (the first, 0.5, stays empty), so each size from 1 to 4 sits in the
+  middle of its own bucket and ``histogram_quantile`` answers 1.0, not 0.5, when every batch holds one request.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 
 disable_created_metrics()
 
-DURATION_BUCKETS = tuple(1e-5 * 1.5**k for k in range(35))
-COUNT_BUCKETS = tuple(float(2**k) for k in range(13))
-TOKEN_BUCKETS = tuple(float(2**k) for k in range(21))
+HTTP_DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+QUEUE_DURATION_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+COMPUTE_DURATION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 10.0)
+BATCH_SIZE_BUCKETS = (0.5, 1.5, 2.5, 3.5, 4.5, 8.5, 16.5, 32.5, 64.5, 128.5, 256.5)
+TOKEN_BUCKETS = tuple(float(4**k) for k in range(11))
+RUNTIME_COLLECTORS = (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR)
+"""prometheus_client's ``process_*`` (RSS, CPU, open fds, start time) and ``python_*`` collectors."""
+
+
+def register_runtime_collectors(registry: CollectorRegistry) -> None:
+    """Add the process and Python runtime metrics that the default registry has, to a custom ``registry``."""
+    for collector in RUNTIME_COLLECTORS:
+        registry.register(collector)
 
 
 class Metrics:
@@ -21,6 +48,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        register_runtime_collectors(r)
         self.requests = Counter(
             "ropeserve_http_requests", "HTTP requests answered.", ["route", "method", "status"], registry=r
         )
@@ -28,7 +56,7 @@ class Metrics:
             "ropeserve_http_request_duration_seconds",
             "Time from request start to response end.",
             ["route", "method", "status"],
-            buckets=DURATION_BUCKETS,
+            buckets=HTTP_DURATION_BUCKETS,
             registry=r,
         )
         self.in_flight = Gauge("ropeserve_http_requests_in_flight", "Requests being handled now.", registry=r)
@@ -50,17 +78,20 @@ class Metrics:
         self.batch_queue_seconds = Histogram(
             "ropeserve_batch_queue_seconds",
             "Time a rotation request waited in the batch queue.",
-            buckets=DURATION_BUCKETS,
+            buckets=QUEUE_DURATION_BUCKETS,
             registry=r,
         )
         self.batch_compute_seconds = Histogram(
             "ropeserve_batch_compute_seconds",
             "Kernel time of one batched rotation call.",
-            buckets=DURATION_BUCKETS,
+            buckets=COMPUTE_DURATION_BUCKETS,
             registry=r,
         )
         self.batch_size = Histogram(
-            "ropeserve_batch_size_requests", "Requests fused into one kernel call.", buckets=COUNT_BUCKETS, registry=r
+            "ropeserve_batch_size_requests",
+            "Requests fused into one kernel call.",
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=r,
         )
         self.batch_tokens = Histogram(
             "ropeserve_batch_tokens", "Tokens in one kernel call.", buckets=TOKEN_BUCKETS, registry=r

@@ -24,6 +24,10 @@ class Settings(BaseSettings):
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     access_log: bool = Field(True, description="Structured JSON access log lines on stderr.")
+    access_log_probes: bool = Field(False, description="Also log /health* and /metrics requests in the access log.")
+    otlp_traces_endpoint: str | None = Field(
+        None, description="OTLP/HTTP traces endpoint (e.g. http://collector:4318/v1/traces); unset = tracing off."
+    )
 
     max_body_bytes: int = Field(256 * 2**20, ge=1024, description="Largest request body accepted (413 above).")
     max_positions: int = Field(1_048_576, ge=1, description="Most positions one request may ask for.")

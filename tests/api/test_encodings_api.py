@@ -35,7 +35,7 @@ def assert_problem(response, status: int, field: str, slug: str = "invalid-input
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith(PROBLEM)
     problem = response.json()
-    assert problem["field"] == field or problem["field"].startswith(f"{field}."), problem
+    assert problem["field"] == field or problem["field"].startswith((f"{field}.", f"{field}[")), problem
     assert problem["type"].endswith(slug), problem
     return problem
 

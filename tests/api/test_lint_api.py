@@ -44,8 +44,8 @@ def test_clean_config_has_no_errors(client: TestClient) -> None:
     ("body", "field"),
     [
         ({"intent": {}}, "config"),
-        ({"config": LLAMA, "intent": {"engines": ["nosuchengine"]}}, "/intent/engines/0"),
-        ({"config": LLAMA, "intent": {"max_model_len": -5}}, "/intent/max_model_len"),
+        ({"config": LLAMA, "intent": {"engines": ["nosuchengine"]}}, "intent.engines[0]"),
+        ({"config": LLAMA, "intent": {"max_model_len": -5}}, "intent.max_model_len"),
         ({"config": LLAMA, "extra": 1}, "extra"),
     ],
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -97,10 +98,34 @@ def test_grafana_is_provisioned_with_the_datasource_and_dashboard(compose, dashb
     assert (dashboards_dir / "ropeserve.json").is_file()
     home = compose["services"]["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert home == provider["options"]["path"] + "/ropeserve.json"
-    uids = {p["datasource"]["uid"] for p in dashboard["panels"]} | {
-        t["datasource"]["uid"] for p in dashboard["panels"] for t in p["targets"]
-    }
-    assert uids == {source["uid"]}
+    (variable,) = [v for v in dashboard["templating"]["list"] if v["type"] == "datasource"]
+    assert variable["query"] == source["type"]
+
+
+def datasource_references(node: Any) -> list[dict[str, Any]]:
+    """Every ``datasource`` object anywhere in the dashboard."""
+    if isinstance(node, dict):
+        found = [node["datasource"]] if isinstance(node.get("datasource"), dict) else []
+        return found + [ref for value in node.values() for ref in datasource_references(value)]
+    if isinstance(node, list):
+        return [ref for value in node for ref in datasource_references(value)]
+    return []
+
+
+def test_dashboard_imports_into_any_grafana(dashboard) -> None:
+    """No hard-coded datasource uid: every query follows the dashboard's datasource variable."""
+    (variable,) = [v for v in dashboard["templating"]["list"] if v["type"] == "datasource"]
+    references = datasource_references(dashboard)
+    assert references and all(ref["uid"] == "${" + variable["name"] + "}" for ref in references), references
+
+
+def test_dashboard_shows_latency_per_route_and_a_5xx_only_error_ratio(dashboard) -> None:
+    exprs = {panel["title"]: [t["expr"] for t in panel["targets"]] for panel in dashboard["panels"]}
+    per_route = [e for queries in exprs.values() for e in queries if "sum by (le, route)" in e]
+    assert per_route and all("ropeserve_http_request_duration_seconds_bucket" in e for e in per_route)
+    (ratio,) = [queries for title, queries in exprs.items() if "error ratio" in title.lower()]
+    numerator, denominator = ratio[0].split(" / ")
+    assert 'status=~"5.."' in numerator and "status" not in denominator
 
 
 def test_dashboard_covers_the_operator_questions(dashboard) -> None:
@@ -112,3 +137,19 @@ def test_dashboard_covers_the_operator_questions(dashboard) -> None:
         assert any(metric in queries for queries in matching), f"{topic!r} panel does not query {metric}"
     latency = next(queries for title, queries in panels.items() if "latency percentiles" in title)
     assert all(f"histogram_quantile({q}," in latency for q in ("0.5", "0.9", "0.99"))
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_alert_has_a_description_and_a_runbook_section() -> None:
+    doc = (REPO / "docs/operations.md").read_text()
+    anchors = {github_anchor(h) for h in re.findall(r"^#+ (.+)$", doc, re.MULTILINE)}
+    rules = [rule for group in load_yaml("deploy/prometheus/alerts.yml")["groups"] for rule in group["rules"]]
+    for rule in rules:
+        annotations = rule["annotations"]
+        assert annotations["summary"] and annotations["description"], rule["alert"]
+        path, _, anchor = annotations["runbook_url"].partition("#")
+        assert path == "docs/operations.md" and anchor in anchors, f"{rule['alert']}: no section #{anchor}"

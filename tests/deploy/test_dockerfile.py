@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from dataclasses import dataclass, field
 
 import pytest
@@ -68,9 +69,40 @@ def test_cpu_by_default_and_cuda_by_build_argument(dockerfile) -> None:
     assert stages[0].base == "${BASE_IMAGE}"
     build = next(s for s in stages if s.name == "build")
     assert "VARIANT=cpu" in build.values("ARG")
+    assert "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in build.values("ARG")
     installs = " ".join(build.values("RUN"))
-    assert "https://download.pytorch.org/whl/cpu" in installs
-    assert "https://download.pytorch.org/whl/${TORCH_CUDA}" in installs and '"[gpu]"' in installs
+    assert '--extra-index-url "$TORCH_INDEX_URL"' in installs and '-r "requirements/${VARIANT}.lock"' in installs
+    for variant in ("cpu", "cuda"):
+        assert (REPO / f"requirements/{variant}.lock").is_file()
+
+
+def test_every_package_comes_from_the_lock_with_hashes(dockerfile) -> None:
+    build = next(s for s in dockerfile[1] if s.name == "build")
+    pip_runs = [run for run in build.values("RUN") if "pip install" in run]
+    locked, project = pip_runs
+    assert "--require-hashes" in locked and "--no-deps" in locked and "--only-binary=:all:" in locked
+    assert "--no-deps" in project and "--no-build-isolation" in project, "ropeserve itself adds no package"
+
+
+def test_no_shell_instruction_and_every_run_is_posix_sh(dockerfile, tool) -> None:
+    """Buildah/Podman's default OCI format ignores SHELL: every RUN must parse under POSIX sh (dash)."""
+    preamble, stages = dockerfile
+    instructions = preamble + [i for stage in stages for i in stage.instructions]
+    assert "SHELL" not in {keyword for keyword, _ in instructions}
+    runs = [rest for keyword, rest in instructions if keyword == "RUN" and not rest.startswith("[")]
+    assert runs
+    for run in runs:
+        result = tool("dash", "-n", "-c", run)
+        assert result.returncode == 0, f"{run}\n{result.stderr}"
+
+
+def test_oci_labels_name_version_revision_and_source(dockerfile) -> None:
+    final = dockerfile[1][-1]
+    labels = " ".join(final.values("LABEL"))
+    for key in ("version", "revision", "source", "title", "licenses"):
+        assert f"org.opencontainers.image.{key}=" in labels, key
+    project_version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert f"VERSION={project_version}" in final.values("ARG")
 
 
 def test_runs_as_a_non_root_user(dockerfile) -> None:

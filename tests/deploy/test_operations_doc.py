@@ -20,5 +20,13 @@ def test_every_setting_is_documented_and_nothing_else() -> None:
 def test_every_metric_is_documented() -> None:
     documented = set(re.findall(r"^\| `(ropeserve_[a-z0-9_]+)` \|", DOC, re.MULTILINE))
     families = Metrics().registry.collect()
-    exposed = {family.name + ("_total" if family.type == "counter" else "") for family in families}
+    exposed = {
+        family.name + ("_total" if family.type == "counter" else "")
+        for family in families
+        if family.name.startswith("ropeserve_")
+    }
     assert documented == exposed
+
+
+def test_runtime_metrics_are_documented() -> None:
+    assert "`process_*`" in DOC and "`python_*`" in DOC

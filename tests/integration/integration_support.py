@@ -121,11 +121,13 @@ def deployment_queries() -> dict[str, str]:
     dashboard = json.loads((REPO / "deploy/grafana/dashboards/ropeserve.json").read_text())
     queries = {f"dashboard: {p['title']}": t["expr"] for p in dashboard["panels"] for t in p["targets"]}
     for variable in dashboard["templating"]["list"]:
-        queries[f"dashboard variable {variable['name']}"] = variable["definition"]
+        if variable["type"] == "query":
+            queries[f"dashboard variable {variable['name']}"] = variable["definition"]
     alerts = yaml.safe_load((REPO / "deploy/prometheus/alerts.yml").read_text())
     queries.update({f"alert {r['alert']}": r["expr"] for g in alerts["groups"] for r in g["rules"]})
-    adapter = yaml.safe_load((REPO / "deploy/k8s/prometheus-adapter/values.yaml").read_text())
+    component = REPO / "deploy/k8s/components/prometheus"
+    adapter = yaml.safe_load((component / "prometheus-adapter-values.yaml").read_text())
     queries.update({f"adapter rule {i}": r["seriesQuery"] for i, r in enumerate(adapter["rules"]["custom"])})
-    hpa = yaml.safe_load((REPO / "deploy/k8s/base/hpa.yaml").read_text())
-    queries.update({f"hpa metric {i}": m["pods"]["metric"]["name"] for i, m in enumerate(hpa["spec"]["metrics"])})
+    hpa_patch = yaml.safe_load((component / "hpa-load-gauges.yaml").read_text())
+    queries.update({f"hpa metric {i}": op["value"]["pods"]["metric"]["name"] for i, op in enumerate(hpa_patch)})
     return queries

@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from datetime import datetime
 
 import httpx
 import pytest
@@ -47,7 +48,10 @@ def test_promtool_accepts_the_live_metrics_page(metrics_page: str, tool) -> None
 def test_metric_names_follow_conventions(metrics_page: str) -> None:
     types = dict(line.split()[2:4] for line in metrics_page.splitlines() if line.startswith("# TYPE "))
     assert types, metrics_page
+    assert {"process_resident_memory_bytes", "process_open_fds", "python_info"} <= types.keys()
     for name, kind in types.items():
+        if name.startswith(("process_", "python_")):
+            continue  # prometheus_client's runtime collectors, named by its conventions
         assert name.startswith("ropeserve_"), name
         assert name.endswith("_total") == (kind == "counter"), f"{name} ({kind}): only counters end in _total"
         assert not re.search(r"_(milliseconds|microseconds|ms|us|bytes_total_bytes)$", name), f"{name}: base units"
@@ -76,7 +80,22 @@ def test_access_log_is_one_json_object_per_request(live_server: Server) -> None:
     (entry,) = logged()
     assert entry["method"] == "POST" and entry["path"] == COS_SIN and entry["route"] == COS_SIN
     assert entry["status"] == 200 and entry["duration_s"] >= 0 and entry["client"] == "127.0.0.1"
-    assert isinstance(entry["ts"], float)
+    assert entry["level"] == "info" and entry["logger"] == "ropeserve.access"
+    assert datetime.fromisoformat(entry["time"]).tzinfo is not None
+
+
+def test_every_log_line_is_json_and_probes_are_not_logged(live_server: Server) -> None:
+    with httpx.Client(base_url=live_server.url, timeout=10) as client:
+        for path in ("/health/ready", "/health/live", "/metrics"):
+            client.get(path, headers={"X-Request-ID": "probe-not-logged"}).raise_for_status()
+        client.get("/v1/info", headers={"X-Request-ID": "info-is-logged"}).raise_for_status()
+    wait_until(lambda: "info-is-logged" in live_server.log_text(), 5, "the /v1/info access line")
+    entries = [json.loads(line) for line in live_server.log_text().splitlines() if line.strip()]
+    for entry in entries:
+        assert entry["level"] in {"debug", "info", "warning", "error", "critical"}, entry
+        assert datetime.fromisoformat(entry["time"]).tzinfo is not None, entry
+    assert any(entry["logger"].startswith("uvicorn") for entry in entries), "uvicorn's own lines are JSON too"
+    assert "probe-not-logged" not in live_server.log_text()
 
 
 def test_request_id_is_generated_when_absent(live_server: Server) -> None:

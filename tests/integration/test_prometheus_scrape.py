@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import torch
 import yaml
 from integration_support import (
     COS_SIN,
@@ -20,8 +22,10 @@ from integration_support import (
     stop_process,
     wait_until,
 )
+from safetensors.torch import save
 
 pytestmark = pytest.mark.deploy
+SAFETENSORS = {"content-type": "application/x-safetensors"}
 PROMETHEUS_DIR = REPO / "deploy/prometheus"
 REQUESTS = 12
 
@@ -108,3 +112,22 @@ def test_shipped_queries_and_rules_evaluate(prometheus: httpx.Client) -> None:
         return bool(rules) and all(rule["health"] == "ok" for rule in rules)
 
     wait_until(rules_healthy, 20, "alert rules to load and evaluate")
+
+
+def rotation_body() -> bytes:
+    tensors = {"q": torch.randn(4, 2 * 16), "positions": torch.arange(4)}
+    params = {"rope": {"rope_theta": 10_000.0, "head_dim": 16}, "layout": "flat"}
+    return save(tensors, metadata={"ropeserve": json.dumps(params)})
+
+
+def test_median_batch_size_of_single_request_batches_is_one(prometheus: httpx.Client, live_server: Server) -> None:
+    """Prometheus' own histogram_quantile over the live histogram: sequential requests make one-request batches."""
+    count = 'sum(ropeserve_batch_size_requests_count{job="ropeserve"})'
+    before = scalar(prometheus, count)
+    with httpx.Client(base_url=live_server.url, timeout=30) as client:
+        for _ in range(3):
+            response = client.post("/v1/rope/apply", content=rotation_body(), headers=SAFETENSORS)
+            assert response.status_code == 200, response.text
+    wait_until(lambda: scalar(prometheus, count) >= before + 3, 20, "the batches to be scraped")
+    median = 'histogram_quantile(0.5, sum by (le) (ropeserve_batch_size_requests_bucket{job="ropeserve"}))'
+    assert scalar(prometheus, median) == 1.0

@@ -16,9 +16,11 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from ropeserve import __version__
 from ropeserve.api import routes_encodings, routes_health, routes_lint, routes_positions, routes_rope, routes_rotation
+from ropeserve.api.docs import install_docs, operation_id
 from ropeserve.api.middleware import ServiceMiddleware, configure_access_log
 from ropeserve.api.problems import declare_common_problems, install_problem_handlers
 from ropeserve.api.runtime import Runtime
+from ropeserve.api.tracing import install_tracing
 from ropeserve.config import from_explicit
 from ropeserve.rope import rope_cos_sin
 from ropeserve.settings import Settings, get_settings
@@ -72,7 +74,16 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     runtime = Runtime.create(settings)
-    app = FastAPI(title="ropeserve", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(
+        title="ropeserve",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        generate_unique_id_function=operation_id,
+    )
+    install_docs(app)
     app.state.runtime = runtime
     routes_rotation.install(app)
     runtime.metrics.build_info.labels(
@@ -84,6 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_problem_handlers(app)
     configure_access_log(settings.access_log)
     app.add_middleware(ServiceMiddleware, settings=settings, metrics=runtime.metrics)
+    install_tracing(app, settings)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"], allow_headers=["*"]

@@ -7,9 +7,7 @@ while they arrive (the endpoint's read fails with PayloadTooLarge as soon as the
 from __future__ import annotations
 
 import hmac
-import json
 import logging
-import sys
 import time
 import uuid
 from typing import Any
@@ -19,10 +17,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ropeserve.api.problems import PROBE_PATHS, problem_response
 from ropeserve.errors import PayloadTooLarge, ServiceError, Unauthorized, UnsupportedMediaType
+from ropeserve.logs import ACCESS_LOGGER, FIELDS_ATTRIBUTE, json_handler
 from ropeserve.metrics import Metrics
 from ropeserve.settings import Settings
 
-access_logger = logging.getLogger("ropeserve.access")
+access_logger = logging.getLogger(ACCESS_LOGGER)
 CLIENT_CLOSED_REQUEST = 499
 """Recorded (never sent) when the client went away mid-upload: nginx's code, as the rotation routes use."""
 METRIC_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
@@ -31,12 +30,10 @@ clients cannot add label values (the HTTP parser accepts 35 methods). Routes are
 
 
 def configure_access_log(enabled: bool) -> None:
-    """JSON lines on stderr for ``ropeserve.access`` (one object per request)."""
+    """JSON lines on stderr for ``ropeserve.access`` (one object per request, ``ropeserve.logs`` format)."""
     if not enabled or access_logger.handlers:
         return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    access_logger.addHandler(handler)
+    access_logger.addHandler(json_handler())
     access_logger.setLevel(logging.INFO)
     access_logger.propagate = False
 
@@ -174,9 +171,8 @@ class ServiceMiddleware:
         error_type = scope.get("state", {}).get("error_type")
         if status >= 400:
             self.metrics.errors.labels(error_type=error_type or "http-error", status=str(status)).inc()
-        if access_logger.handlers:
+        if self.settings.access_log and (self.settings.access_log_probes or scope.get("path") not in PROBE_PATHS):
             entry: dict[str, Any] = {
-                "ts": round(time.time(), 3),
                 "request_id": request_id,
                 "method": method,
                 "path": scope.get("path"),
@@ -187,4 +183,4 @@ class ServiceMiddleware:
             }
             if error_type:
                 entry["error_type"] = error_type
-            access_logger.info(json.dumps(entry))
+            access_logger.info("request", extra={FIELDS_ATTRIBUTE: entry})

@@ -25,7 +25,11 @@ PROBLEM_SCHEMA: dict[str, Any] = {
         "title": {"type": "string"},
         "status": {"type": "integer"},
         "detail": {"type": "string"},
-        "field": {"type": "string", "description": "The offending input, as a dotted path or JSON pointer."},
+        "field": {
+            "type": "string",
+            "description": "The offending input: dotted keys and [index] (config.rope_scaling.factor, "
+            "rows[0].segments[1]); body, or a header name, when the whole body or a header is at fault.",
+        },
         "instance": {"type": "string"},
     },
 }
@@ -100,8 +104,10 @@ def _is_union_tag(part: Any) -> bool:
 
 
 def _location(loc: tuple[Any, ...]) -> str:
-    parts = [str(part) for part in loc if part not in ("body", "query", "path", "header") and not _is_union_tag(part)]
-    return ".".join(parts) or "body"
+    """pydantic's error location in ``field_path`` notation (``positions[0]``, ``rope.rope_theta``)."""
+    parts = [part for part in loc if part not in ("body", "query", "path", "header") and not _is_union_tag(part)]
+    path = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in parts)
+    return path.lstrip(".") or "body"
 
 
 def _json_syntax_detail(error: dict[str, Any], document: Any) -> str:

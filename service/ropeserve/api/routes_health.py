@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import platform
 from typing import Any
 
+import torch
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -46,6 +48,16 @@ def metrics(runtime: RuntimeDep) -> Response:
     runtime.metrics.table_cache_entries.set(len(runtime.tables))
     runtime.metrics.table_cache_bytes.set(runtime.tables.nbytes)
     return Response(runtime.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/version", summary="Versions of the service, Python and torch")
+def version() -> dict[str, str]:
+    return {
+        "name": "ropeserve",
+        "version": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
 
 
 @router.get("/v1/info", summary="Version, device, kernels, rope types, presets and limits")

@@ -221,6 +221,7 @@ class MRopeDecodeRequest(StrictModel):
     summary="M-RoPE decode positions (3, B, num_new): cache length + delta, equal on all three rows",
     responses={**TENSOR_RESPONSES, **ERRORS},
     response_class=Response,
+    operation_id="mrope_decode_positions",
 )
 def mrope_decode(body: MRopeDecodeRequest, request: Request, runtime: RuntimeDep) -> Response:
     check_decode_size(body.cache_lengths, body.num_new, runtime.settings.max_positions)
@@ -253,6 +254,7 @@ def _position_rows(value: list[IntMatrix] | IntMatrix, limit: int) -> torch.Tens
     summary="M-RoPE cos/sin: per-axis angles merged by mrope_section (chunked or interleaved layout)",
     responses={**TENSOR_RESPONSES, **ERRORS},
     response_class=Response,
+    operation_id="mrope_cos_sin",
 )
 def mrope_cos_sin_route(body: MRopeCosSinRequest, request: Request, runtime: RuntimeDep) -> Response:
     params, default_pairing = body.resolve()

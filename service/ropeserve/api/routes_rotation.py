@@ -19,6 +19,7 @@ from ropeserve.api.negotiation import SafetensorsResponse, read_safetensors_requ
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.runtime import Runtime, RuntimeDep
 from ropeserve.api.schemas import DTYPES, DtypeName, PairingName, RopeSource
+from ropeserve.api.tracing import PHASE_TIMINGS_STATE
 from ropeserve.metrics import Metrics
 from ropeserve.serving import (
     METADATA_KEY,
@@ -118,6 +119,7 @@ async def apply_rotation(request: Request, runtime: Runtime, *, mrope: bool) -> 
         )
     except ClientDisconnected:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
+    setattr(request.state, PHASE_TIMINGS_STATE, result.metadata["timings"])
     return SafetensorsResponse(result.body, result.headers, on_sent=lease.give_back)
 
 
@@ -130,6 +132,7 @@ async def apply_rotation(request: Request, runtime: Runtime, *, mrope: bool) -> 
     openapi_extra={"requestBody": request_body(mrope=False)},
     responses=ROTATION_RESPONSES,
     response_class=Response,
+    operation_id="apply_rope",
 )
 async def rope_apply(request: Request, runtime: RuntimeDep) -> Response:
     return await apply_rotation(request, runtime, mrope=False)
@@ -143,6 +146,7 @@ async def rope_apply(request: Request, runtime: RuntimeDep) -> Response:
     openapi_extra={"requestBody": request_body(mrope=True)},
     responses=ROTATION_RESPONSES,
     response_class=Response,
+    operation_id="apply_mrope",
 )
 async def mrope_apply(request: Request, runtime: RuntimeDep) -> Response:
     return await apply_rotation(request, runtime, mrope=True)

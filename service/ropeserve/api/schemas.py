@@ -56,8 +56,13 @@ class RopeSource(StrictModel):
         if self.rope is not None:
             return from_explicit(self.rope), "neox"
         config = self.config if self.config is not None else preset_config(self.preset or "")
-        normalized = normalize_config(config)
-        return normalized.params(self.layer_type), normalized.pairing
+        try:
+            normalized = normalize_config(config)
+            return normalized.params(self.layer_type), normalized.pairing
+        except InvalidInput as error:  # the normaliser points into the config: point into the request instead
+            if self.config is not None and error.field and error.field.startswith("/"):
+                error.field = "/config" + error.field
+            raise
 
 
 class PositionRange(StrictModel):

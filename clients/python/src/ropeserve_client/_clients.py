@@ -40,7 +40,7 @@ class BaseClient(Generic[HttpClient]):
     * **base_url** - server root (default ``$ROPESERVE_URL`` or ``http://127.0.0.1:8000``).
     * **token** - bearer token (default ``$ROPESERVE_TOKEN``).
     * **timeout** - seconds or an ``httpx.Timeout`` (default: connect 5 s, read/write 60 s).
-    * **retry** - a :class:`RetryPolicy` (429/503/connection failures; ``NO_RETRY`` disables).
+    * **retry** - a :class:`RetryPolicy` (429/502/503/504/connection failures; ``NO_RETRY`` disables).
     * **array_backend** - ``auto`` (torch if importable, else numpy), ``torch`` or ``numpy``.
     * **wire** - how tensor answers travel: ``safetensors`` (default; exact dtypes, no size cap) or ``json``.
     * **headers**, **limits**, **transport** - passed to httpx; **http_client** - use this httpx client
@@ -88,7 +88,12 @@ class BaseClient(Generic[HttpClient]):
     def _build_request(self, operation: Operation[Any]) -> httpx.Request:
         headers = {"accept": self._accept(operation), **operation.headers}
         return self._http.build_request(
-            operation.method, operation.path, json=operation.json, content=operation.content, headers=headers
+            operation.method,
+            operation.path,
+            json=operation.json,
+            content=operation.content,
+            headers=headers,
+            timeout=operation.timeout,
         )
 
     def _delay_after_answer(self, operation: Operation[Any], response: httpx.Response, attempt: int) -> float | None:

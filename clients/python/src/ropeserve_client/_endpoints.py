@@ -3,7 +3,8 @@
 Adding an endpoint = one builder function below (typed keyword options → :class:`Operation`) plus one line in
 :class:`Endpoints`. ``Client.name(...)`` then sends it and returns the result; ``AsyncClient.name(...)`` returns an
 awaitable of it. Every builder takes ``**extra`` fields, passed through to the request body unchanged, so options a
-newer server adds work before the client learns their names.
+newer server adds work before the client learns their names; ``timeout=`` and ``extra_headers=`` are the exception
+(:data:`CALL_OPTIONS`): every method takes them, and they apply to the request itself.
 """
 
 from __future__ import annotations
@@ -42,8 +43,16 @@ Ints = Sequence[int] | Sequence[Sequence[int]] | Any
 """A (nested) list of ints, or an integer tensor/array."""
 
 
+CALL_OPTIONS = ("timeout", "extra_headers")
+"""Keywords every endpoint method takes for the request itself, never sent as body fields: ``timeout`` (seconds,
+an ``httpx.Timeout`` or None) and ``extra_headers`` (a mapping added to this request's headers)."""
+
+
 class Endpoint(Generic[P, T]):
-    """Descriptor: ``client.name(*args, **kwargs)`` sends ``build(*args, **kwargs)`` through ``client._send``."""
+    """Descriptor: ``client.name(*args, **kwargs)`` sends ``build(*args, **kwargs)`` through ``client._send``.
+
+    The :data:`CALL_OPTIONS` keywords are taken out first and applied to the request, not to its body.
+    """
 
     def __init__(self, build: Callable[P, Operation[T]]) -> None:
         self.build = build
@@ -62,7 +71,8 @@ class Endpoint(Generic[P, T]):
 
         @functools.wraps(build)
         def call(*args: P.args, **kwargs: P.kwargs) -> Any:
-            return send(build(*args, **kwargs))
+            options = {name: kwargs.pop(name) for name in CALL_OPTIONS if name in kwargs}
+            return send(build(*args, **kwargs).with_call_options(**options))
 
         return call
 
@@ -90,6 +100,11 @@ def health() -> Operation[dict[str, Any]]:
 def metrics() -> Operation[str]:
     """``GET /metrics``: Prometheus text exposition."""
     return get_text("/metrics")
+
+
+def version() -> Operation[dict[str, Any]]:
+    """``GET /version``: the service's name and version, and its Python and torch versions."""
+    return get_json("/version")
 
 
 def info() -> Operation[dict[str, Any]]:
@@ -523,6 +538,7 @@ class Endpoints:
     ready = Endpoint(ready)
     health = Endpoint(health)
     metrics = Endpoint(metrics)
+    version = Endpoint(version)
     info = Endpoint(info)
     cos_sin = Endpoint(cos_sin)
     positions = Endpoint(positions)

@@ -7,6 +7,7 @@ holds tensors (the client then negotiates safetensors), and how to turn a succes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -51,6 +52,7 @@ PositionsLike = Sequence[int] | range | str | Any
 """Positions: a list, a ``range``, ``"start:stop[:step]"``, or a 1-D tensor/array."""
 
 JSON_MEDIA_TYPE = "application/json"
+TimeoutLike = float | httpx.Timeout | None
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,18 @@ class Operation(Generic[T]):
     tensor_answer: bool = False
     """The answer holds tensors: the client asks for safetensors (or JSON when configured to)."""
     retry: bool = True
-    """Retry 429/503 and connection failures (off for readiness probes, which must report the truth)."""
+    """Retry 429/502/503/504 and connection failures (off for readiness probes, which must report the truth)."""
+    timeout: TimeoutLike | httpx._client.UseClientDefault = httpx.USE_CLIENT_DEFAULT
+    """This request's timeout (seconds, ``httpx.Timeout`` or None for none); by default the client's."""
+
+    def with_call_options(
+        self,
+        timeout: TimeoutLike | httpx._client.UseClientDefault = httpx.USE_CLIENT_DEFAULT,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> Operation[T]:
+        """This operation with a per-call timeout and extra request headers (they win over the defaults)."""
+        headers = {**self.headers, **(extra_headers or {})}
+        return dataclasses.replace(self, timeout=timeout, headers=headers)
 
 
 # --------------------------------------------------------------------------------------------------------------

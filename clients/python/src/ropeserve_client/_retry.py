@@ -1,8 +1,9 @@
 """Retry policy: which failures are retried, and how long to wait before the next attempt.
 
 ropeserve's endpoints are pure computations, so every request (POST included) is safe to repeat. Retried:
-429 and 503 answers (the server's back-pressure and warm-up/drain signals) and connection failures. Not retried:
-timeouts (the server may still be working) and every other answer.
+429 and 503 answers (the server's back-pressure and warm-up/drain signals), 502 and 504 (a load balancer or
+ingress in front could not reach a replica or gave up on it) and connection failures. Not retried: timeouts of
+this client (the server may still be working) and every other answer.
 
 The wait is the server's ``Retry-After`` when it sends one (seconds or an HTTP date, capped at
 ``max_retry_after``), else exponential backoff ``initial_delay * 2**attempt`` capped at ``max_delay``; either way
@@ -20,7 +21,8 @@ import httpx
 
 __all__ = ["DEFAULT_RETRY", "NO_RETRY", "RetryPolicy", "parse_retry_after"]
 
-RETRY_STATUSES = frozenset({429, 503})
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+"""Back-pressure (429), warm-up or drain (503), and a proxy in front that lost or timed out on a replica (502, 504)."""
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:

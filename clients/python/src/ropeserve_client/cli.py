@@ -1,15 +1,16 @@
 """``ropeserve-client``: use a remote ropeserve from the shell or a pipeline (no server install needed).
 
 Commands: ``lint PATH...`` (as the server's ``ropeserve lint``), ``info``, ``health``, ``cos-sin``. Exit status:
-0 success (lint: no finding at or above ``--fail-on``, default error), 1 lint findings / not ready, 2 usage, input,
-connection or server error (one line on stderr, no traceback). ``--url`` defaults to ``$ROPESERVE_URL``,
-``--token`` to ``$ROPESERVE_TOKEN``.
+0 success (lint: no finding at or above ``--fail-on``, default error), 1 lint findings / not ready / output pipe
+closed early (``| head``), 2 usage, input, connection or server error (one line on stderr, no traceback).
+``--url`` defaults to ``$ROPESERVE_URL``, ``--token`` to ``$ROPESERVE_TOKEN``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,6 +32,7 @@ from ropeserve_client._cli_lint import add_lint_arguments, run_lint
 from ropeserve_client._exceptions import NotReady, RopeserveError
 from ropeserve_client._operations import position_spec
 from ropeserve_client._results import TensorResult
+from ropeserve_client._version import __version__
 
 __all__ = ["build_parser", "main"]
 
@@ -137,6 +139,7 @@ def _add_command(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="Client for a remote ropeserve service.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     common = _common_options()
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -172,6 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
+    except BrokenPipeError:  # piped into `head`: stop quietly, and keep Python's exit-time flush from failing too
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FINDINGS
     return EXIT_ERROR
 
 
