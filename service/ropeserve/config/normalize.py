@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ropeserve.config.families import ModelFamily, MropeLayout, family_of
-from ropeserve.config.schema import ROPE_TYPE_ALIASES, ROPE_TYPE_KEYS
+from ropeserve.config.jsonsafe import FLOAT_MAX, check_json_numbers
+from ropeserve.config.schema import KNOWN_KEYS, ROPE_TYPE_ALIASES, ROPE_TYPE_KEYS, allowed_keys
 from ropeserve.errors import InvalidInput
 
 LAYER_TYPE_LABELS = frozenset({"full_attention", "sliding_attention", "chunked_attention", "linear_attention"})
@@ -34,6 +35,8 @@ LONG_CONTEXT_TYPES = frozenset({"llama3", "yarn", "longrope"})
 EXPLICIT_TOP_LEVEL_KEYS = ("head_dim", "max_position_embeddings", "model_type", "original_max_position_embeddings")
 """Explicit keys placed at the config's top level; ``original_max_position_embeddings`` goes there because a
 top-level value is authoritative (a rope-dict one would lose to a class default such as Phi-3's 4096)."""
+EXPLICIT_ONLY_KEYS = frozenset({"rotary_dim", *EXPLICIT_TOP_LEVEL_KEYS})
+"""Keys an explicit ``rope`` object may hold besides its rope type's own (``schema.allowed_keys``)."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ def normalize_config(config: Mapping[str, Any], *, validate: bool = True) -> Nor
     """
     if not isinstance(config, Mapping):
         raise InvalidInput("config must be a JSON object", field="config")
+    check_json_numbers(config)
     text, pointer = _text_config(config)
     model_type = text.get("model_type") or config.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
@@ -142,15 +146,28 @@ def from_explicit(params: Mapping[str, Any]) -> RopeParams:
 
     ``params`` holds ``rope_type`` (default ``default``), ``rope_theta``, ``head_dim``, optionally
     ``rotary_dim`` or ``partial_rotary_factor``, ``max_position_embeddings`` and the type's own keys.
-    An error names the offending key as ``rope.<key>``.
+    An error names the offending key as ``rope.<key>``; a key that is no parameter (a typo such as
+    ``rope_thetaa``) or not one of the rope type's is an error too, not silently ignored.
     """
     if not isinstance(params, Mapping):
         raise InvalidInput("rope parameters must be a JSON object", field="rope")
+    _check_explicit_keys(params, KNOWN_KEYS)
     try:
-        return _from_explicit(dict(params))
+        result = _from_explicit(dict(params))
     except InvalidInput as error:
         error.field = _explicit_field(error.field, rotary_dim_given="rotary_dim" in params)
         raise
+    _check_explicit_keys(params, allowed_keys(result.rope_type) or KNOWN_KEYS, result.rope_type)
+    return result
+
+
+def _check_explicit_keys(params: Mapping[str, Any], allowed: frozenset[str], rope_type: str | None = None) -> None:
+    """InvalidInput naming the first key of ``params`` outside ``allowed`` (plus the explicit-only keys)."""
+    unknown = sorted(set(params) - allowed - EXPLICIT_ONLY_KEYS)
+    if unknown:
+        what = "an unknown key" if rope_type is None else f"not a parameter of rope_type {rope_type!r}"
+        known = sorted(allowed | EXPLICIT_ONLY_KEYS)
+        raise InvalidInput(f"{unknown[0]!r} is {what}; accepted: {known}", field=f"rope.{unknown[0]}")
 
 
 def _from_explicit(rope: dict[str, Any]) -> RopeParams:
@@ -496,6 +513,7 @@ def validate_params(params: RopeParams, sources: Mapping[str, str] | None = None
 
 def _validate_type_specific(params: RopeParams, fail: Any) -> None:
     half = params.rotary_dim // 2
+    _validate_formula_domains(params, fail)
     if params.rope_type == "longrope":
         for key in ("short_factor", "long_factor"):
             values = getattr(params, key)
@@ -515,6 +533,24 @@ def _validate_type_specific(params: RopeParams, fail: Any) -> None:
             f"mrope_section {list(params.mrope_section)} sums to {sum(params.mrope_section)}; "
             f"rotary_dim/2 = {half} is needed",
         )
+
+
+def _validate_formula_domains(params: RopeParams, fail: Any) -> None:
+    """Values inside the ranges above that would still divide by zero or overflow in a type's formula."""
+    if params.rope_type == "yarn":
+        for key in ("beta_fast", "beta_slow"):  # ln(original / (beta * 2 pi)): the product must stay finite
+            value = getattr(params, key)
+            if value is not None and value * 2 * math.pi > FLOAT_MAX:
+                fail(key, f"{key} must be at most {FLOAT_MAX / (2 * math.pi):.6g} (beta * 2 pi overflows), got {value}")
+        if params.rope_theta == 1:
+            fail("rope_theta", "yarn divides by ln(rope_theta): rope_theta must not be 1")
+    if params.rope_type == "llama3" and params.low_freq_factor == 0:
+        fail("low_freq_factor", "llama3 divides by low_freq_factor: it must be > 0")
+    if params.rope_type == "dynamic" and params.rotary_dim <= 2:
+        fail("head_dim", f"dynamic NTK raises to rotary_dim/(rotary_dim-2): rotary_dim {params.rotary_dim} must be > 2")
+    original = params.original_max_position_embeddings
+    if params.rope_type == "longrope" and params.attention_factor is None and original == 1:
+        fail("original_max_position_embeddings", "longrope divides by ln(original_max_position_embeddings): need > 1")
 
 
 def _is_number(value: Any) -> bool:
