@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from ropeserve.config import RopeParams, from_explicit, normalize_config, preset_config
 from ropeserve.errors import InvalidInput, check_limit
@@ -16,8 +16,17 @@ DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bf
 DtypeName = Literal["float32", "bfloat16", "float16"]
 PairingName = Literal["neox", "gptj"]
 Position = Annotated[int, Field(ge=0, le=MAX_POSITION)]
-Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
-"""Every integer of a request model: JSON integers have no bound, the tensors they fill are int64."""
+
+
+def _within_int64(value: int) -> int:
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError(f"must be an int64 ({INT64_MIN}..{INT64_MAX})")
+    return value
+
+
+Int64 = Annotated[int, AfterValidator(_within_int64)]
+"""Every integer of a request model: JSON integers have no bound, the tensors they fill are int64. A validator,
+not ``Field(ge, le)``: annotated bounds would replace a field's own (pydantic keeps one ``ge``/``le``)."""
 
 
 class StrictModel(BaseModel):

@@ -63,7 +63,8 @@ def loads_bounded(
     try:
         return json.loads(text, parse_int=_bounded_int(error, field), object_pairs_hook=object_pairs_hook)
     except json.JSONDecodeError as decode_error:
-        raise error(f"not valid JSON: {decode_error}", field=field) from None
+        where = f"line {decode_error.lineno}, column {decode_error.colno}"
+        raise error(f"invalid JSON: {decode_error.msg} ({where})", field=field) from None
 
 
 def _bounded_int(error: type[ServiceError], field: str) -> Callable[[str], int]:
