@@ -153,6 +153,7 @@ def from_explicit(params: Mapping[str, Any]) -> RopeParams:
         raise InvalidInput("rope parameters must be a JSON object", field="rope")
     _check_explicit_keys(params, KNOWN_KEYS)
     try:
+        check_json_numbers(params)
         result = _from_explicit(dict(params))
     except InvalidInput as error:
         error.field = _explicit_field(error.field, rotary_dim_given="rotary_dim" in params)
@@ -538,10 +539,11 @@ def _validate_type_specific(params: RopeParams, fail: Any) -> None:
 def _validate_formula_domains(params: RopeParams, fail: Any) -> None:
     """Values inside the ranges above that would still divide by zero or overflow in a type's formula."""
     if params.rope_type == "yarn":
-        for key in ("beta_fast", "beta_slow"):  # ln(original / (beta * 2 pi)): the product must stay finite
+        original = params.original_max_position_embeddings or params.max_position_embeddings or 1
+        for key in ("beta_fast", "beta_slow"):  # an explicit 0 means the default
             value = getattr(params, key)
-            if value is not None and value * 2 * math.pi > FLOAT_MAX:
-                fail(key, f"{key} must be at most {FLOAT_MAX / (2 * math.pi):.6g} (beta * 2 pi overflows), got {value}")
+            if value and not _finite_quotient(original, value * 2 * math.pi):
+                fail(key, f"yarn takes ln(original_max_position_embeddings / (2 pi {key})): {key} {value} overflows it")
         if params.rope_theta == 1:
             fail("rope_theta", "yarn divides by ln(rope_theta): rope_theta must not be 1")
     if params.rope_type == "llama3" and params.low_freq_factor == 0:
@@ -551,6 +553,11 @@ def _validate_formula_domains(params: RopeParams, fail: Any) -> None:
     original = params.original_max_position_embeddings
     if params.rope_type == "longrope" and params.attention_factor is None and original == 1:
         fail("original_max_position_embeddings", "longrope divides by ln(original_max_position_embeddings): need > 1")
+
+
+def _finite_quotient(numerator: float, denominator: float) -> bool:
+    """``numerator / denominator`` is a finite, non-zero float (its logarithm exists)."""
+    return 0 < denominator <= FLOAT_MAX and 0 < numerator / denominator <= FLOAT_MAX
 
 
 def _is_number(value: Any) -> bool:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ropeserve.config.jsonsafe import FLOAT_MAX
 from ropeserve.errors import InvalidInput, check_limit
 
 PAD_POSITION = 0
@@ -167,7 +168,7 @@ def require_finite_float(value: object, field: str, *, minimum: float | None = N
     """A finite Python float (ints accepted, bools refused), optionally bounded below."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput(f"{field} must be a number, got {value!r}", field=field)
-    number = float(value)
+    number = float(value) if isinstance(value, float) or abs(value) <= FLOAT_MAX else math.inf
     if not math.isfinite(number):
         raise InvalidInput(f"{field} must be finite, got {number}", field=field)
     if minimum is not None and number < minimum:

@@ -10,6 +10,7 @@ from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
 from ropeserve.lint.rules.common import entries, fmt, rope_layers, written_type
+from ropeserve.lint.spectrum import finite_positive
 from ropeserve.lint.versions import Version
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -133,8 +134,8 @@ def _video_extent(ctx: LintContext) -> float:
     if not seconds:
         return 0.0
     vision = ctx.model.document.get("vision_config") or {}
-    per_second = vision.get("tokens_per_second") if isinstance(vision, dict) else None
-    if not isinstance(per_second, int | float):
+    per_second = finite_positive(vision.get("tokens_per_second")) if isinstance(vision, dict) else None
+    if per_second is None:
         per_second = (ctx.intent.video_fps or 2.0) / 2  # one temporal patch per two frames
     return min(seconds * per_second, VIDEO_EXTENT_CEILING)
 
