@@ -18,6 +18,7 @@ from typing import Any, get_args
 import pytest
 import torch
 from fastapi.testclient import TestClient
+from hostile_json import HUGE_INT, with_literal
 from pydantic import BaseModel
 from safetensors.torch import save
 
@@ -27,8 +28,8 @@ from ropeserve.settings import Settings
 
 CONFIGS = Path(__file__).parents[1] / "fixtures" / "configs"
 HOSTILE = {
-    "10**400": "1" + "0" * 400,
-    "-10**400": "-1" + "0" * 400,
+    "10**400": HUGE_INT,
+    "-10**400": f"-{HUGE_INT}",
     "1e308": "1e308",
     "NaN": "NaN",
     "Infinity": "Infinity",
@@ -44,7 +45,6 @@ HOSTILE = {
     "nested 200": "[" * 200 + "]" * 200,
     "nested 100000": "[" * 100_000 + "]" * 100_000,
 }
-SENTINEL = "\u0000hostile\u0000"
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "beta_fast": 32.0}
 SMALL_LLAMA = {
     "model_type": "llama",
@@ -229,16 +229,6 @@ def numeric_leaves(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any
                 yield from numeric_leaves(child, (*path, index))
     elif isinstance(value, int | float) and not isinstance(value, bool):
         yield path
-
-
-def with_literal(body: dict[str, Any], path: tuple[Any, ...], literal: str) -> str:
-    """``body`` as JSON text with the number at ``path`` replaced by the raw ``literal``."""
-    copy = json.loads(json.dumps(body))
-    node = copy
-    for part in path[:-1]:
-        node = node[part]
-    node[path[-1]] = SENTINEL
-    return json.dumps(copy).replace(json.dumps(SENTINEL), literal)
 
 
 def assert_not_5xx(response: Any, what: str) -> None:

@@ -27,8 +27,9 @@ from ropeserve.errors import InvalidInput, ServiceError
 
 MAX_JSON_DEPTH = 64
 """Deepest nesting accepted in a safetensors header or a config (real configs nest 3 or 4 levels)."""
-MAX_INT_DIGITS = 400
-"""Most digits of one JSON integer literal (10**309 already exceeds the float range)."""
+MAX_INT_DIGITS = 1000
+"""Most digits of one JSON integer literal, checked before conversion (10**309 is already past the float range,
+which `check_json_numbers` reports with its pointer; Python refuses 4,300 digits with a plain ValueError)."""
 FLOAT_MAX = sys.float_info.max
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
