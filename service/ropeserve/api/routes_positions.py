@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
 from ropeserve.api.negotiation import TENSOR_RESPONSES, tensor_response
 from ropeserve.api.problems import problem_responses
@@ -274,8 +274,21 @@ def mrope_decode(body: MRopeDecodeRequest, request: Request, runtime: RuntimeDep
     return tensor_response(request, {"position_ids": ids}, meta, runtime.settings.json_response_max_elements)
 
 
+def _rows_rank(value: Any) -> str:
+    """The union member a ``position_ids`` value is validated as (so errors name one shape, not both)."""
+    blocks = value if isinstance(value, list) else []
+    rows = blocks[0] if blocks and isinstance(blocks[0], list) else []
+    return "[3, B, T]" if rows and isinstance(rows[0], list) else "[3, T]"
+
+
+PositionRows = Annotated[
+    Annotated[list[IntMatrix], Tag("[3, B, T]")] | Annotated[IntMatrix, Tag("[3, T]")],
+    Discriminator(_rows_rank),
+]
+
+
 class MRopeCosSinRequest(RopeSource):
-    position_ids: list[IntMatrix] | IntMatrix = Field(
+    position_ids: PositionRows = Field(
         ..., description="[3, B, T] or [3, T] (T, H, W rows), e.g. from /v1/mrope/positions."
     )
     dtype: DtypeName = "float32"
