@@ -18,7 +18,7 @@ Every resolved value remembers where it came from as a JSON pointer (or ``defaul
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -154,6 +154,10 @@ def from_explicit(params: Mapping[str, Any]) -> RopeParams:
     _check_explicit_keys(params, KNOWN_KEYS)
     try:
         check_json_numbers(params)
+    except InvalidInput as error:
+        error.field = "rope" + (error.field or "").replace("/", ".")  # /short_factor/0 -> rope.short_factor.0
+        raise
+    try:
         result = _from_explicit(dict(params))
     except InvalidInput as error:
         error.field = _explicit_field(error.field, rotary_dim_given="rotary_dim" in params)
@@ -536,23 +540,45 @@ def _validate_type_specific(params: RopeParams, fail: Any) -> None:
         )
 
 
-def _validate_formula_domains(params: RopeParams, fail: Any) -> None:
-    """Values inside the ranges above that would still divide by zero or overflow in a type's formula."""
-    if params.rope_type == "yarn":
-        original = params.original_max_position_embeddings or params.max_position_embeddings or 1
-        for key in ("beta_fast", "beta_slow"):  # an explicit 0 means the default
-            value = getattr(params, key)
-            if value and not _finite_quotient(original, value * 2 * math.pi):
-                fail(key, f"yarn takes ln(original_max_position_embeddings / (2 pi {key})): {key} {value} overflows it")
-        if params.rope_theta == 1:
-            fail("rope_theta", "yarn divides by ln(rope_theta): rope_theta must not be 1")
-    if params.rope_type == "llama3" and params.low_freq_factor == 0:
+def _yarn_domain(params: RopeParams, fail: Any) -> None:
+    original = params.original_max_position_embeddings or params.max_position_embeddings or 1
+    for key in ("beta_fast", "beta_slow"):  # an explicit 0 means the default
+        value = getattr(params, key)
+        if value and not _finite_quotient(original, value * 2 * math.pi):
+            fail(key, f"yarn takes ln(original_max_position_embeddings / (2 pi {key})): {key} {value} overflows it")
+    if params.rope_theta == 1:
+        fail("rope_theta", "yarn divides by ln(rope_theta): rope_theta must not be 1")
+
+
+def _llama3_domain(params: RopeParams, fail: Any) -> None:
+    if params.low_freq_factor == 0:
         fail("low_freq_factor", "llama3 divides by low_freq_factor: it must be > 0")
-    if params.rope_type == "dynamic" and params.rotary_dim <= 2:
+
+
+def _dynamic_domain(params: RopeParams, fail: Any) -> None:
+    if params.rotary_dim <= 2:
         fail("head_dim", f"dynamic NTK raises to rotary_dim/(rotary_dim-2): rotary_dim {params.rotary_dim} must be > 2")
-    original = params.original_max_position_embeddings
-    if params.rope_type == "longrope" and params.attention_factor is None and original == 1:
+
+
+def _longrope_domain(params: RopeParams, fail: Any) -> None:
+    if params.attention_factor is None and params.original_max_position_embeddings == 1:
         fail("original_max_position_embeddings", "longrope divides by ln(original_max_position_embeddings): need > 1")
+
+
+FORMULA_DOMAINS: dict[str, Callable[[RopeParams, Any], None]] = {
+    "yarn": _yarn_domain,
+    "llama3": _llama3_domain,
+    "dynamic": _dynamic_domain,
+    "longrope": _longrope_domain,
+}
+"""Per rope type: values inside the generic ranges that would still divide by zero or overflow in its formula
+(``ropeserve.rope.registry.compute_inv_freq`` guards whatever is left)."""
+
+
+def _validate_formula_domains(params: RopeParams, fail: Any) -> None:
+    check = FORMULA_DOMAINS.get(params.rope_type)
+    if check is not None:
+        check(params, fail)
 
 
 def _finite_quotient(numerator: float, denominator: float) -> bool:

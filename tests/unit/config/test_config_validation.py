@@ -208,6 +208,12 @@ REJECTED_EXPLICIT: list[tuple[str, dict[str, Any], str]] = [
     ("beta_fast on linear", {"rope_type": "linear", "factor": 4.0, "beta_fast": 32, "head_dim": 8}, "rope.beta_fast"),
     ("head_dim 10**400", {"head_dim": 10**400, "rotary_dim": 8}, "rope.head_dim"),
     ("factor 10**400", {"rope_type": "linear", "factor": 10**400, "head_dim": 8}, "rope.factor"),
+    (
+        "short_factor entry 10**400",
+        {"rope_type": "longrope", "head_dim": 4, "short_factor": [10**400, 1], "long_factor": [1, 1]}
+        | {"original_max_position_embeddings": 16},
+        "rope.short_factor.0",
+    ),
 ]
 
 
