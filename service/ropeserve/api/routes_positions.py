@@ -123,22 +123,24 @@ class VisionConfig(BaseModel):
         if not VISION_HEAD_DIM_MIN <= head_dim <= MAX_HEAD_DIM:
             raise InvalidInput(
                 f"vision_config gives head_dim {head_dim}; it must be in {VISION_HEAD_DIM_MIN}..{MAX_HEAD_DIM}",
-                field="/vision_config/num_heads",
+                field="/config/vision_config/num_heads",
             )
         return head_dim
 
 
 def vision_config(config: Mapping[str, Any]) -> VisionConfig:
-    """The config's ``vision_config`` (absent: empty), checked; InvalidInput names ``/vision_config/<key>``."""
+    """The config's ``vision_config`` (absent: empty), checked; InvalidInput names ``/config/vision_config/<key>``."""
     vision = config.get("vision_config") or {}
     if not isinstance(vision, Mapping):
-        raise InvalidInput(f"vision_config must be a JSON object, got {type(vision).__name__}", field="/vision_config")
+        raise InvalidInput(
+            f"vision_config must be a JSON object, got {type(vision).__name__}", field="/config/vision_config"
+        )
     try:
         return VisionConfig.model_validate(vision)
     except ValidationError as error:
         first = error.errors()[0]
         key = "/".join(str(part) for part in first["loc"])
-        raise InvalidInput(f"vision_config.{key}: {first['msg']}", field=f"/vision_config/{key}") from None
+        raise InvalidInput(f"vision_config.{key}: {first['msg']}", field=f"/config/vision_config/{key}") from None
 
 
 class MRopeModel(StrictModel):

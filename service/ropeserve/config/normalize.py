@@ -154,10 +154,6 @@ def from_explicit(params: Mapping[str, Any]) -> RopeParams:
     _check_explicit_keys(params, KNOWN_KEYS)
     try:
         check_json_numbers(params)
-    except InvalidInput as error:
-        error.field = "rope" + (error.field or "").replace("/", ".")  # /short_factor/0 -> rope.short_factor.0
-        raise
-    try:
         result = _from_explicit(dict(params))
     except InvalidInput as error:
         error.field = _explicit_field(error.field, rotary_dim_given="rotary_dim" in params)
@@ -205,13 +201,17 @@ def factor_for_rotary_dim(rotary_dim: int, head_dim: int) -> float:
 
 
 def _explicit_field(field: str | None, rotary_dim_given: bool) -> str:
-    """Map a location in ``from_explicit``'s synthetic config (a JSON pointer) to ``rope.<key>``."""
+    """Map a location in ``from_explicit``'s synthetic config, or in the explicit parameters themselves (a JSON
+    pointer), to ``rope.<key>``, with ``[i]`` / ``.<key>`` for what lies inside it (``rope.short_factor[0]``)."""
     if field and field.startswith("rope."):
         return field
-    key = (field or "").rsplit("/", 1)[-1]
+    field = field or ""
+    parts = field.removeprefix("/rope_parameters").split("/")[1:] if field.startswith("/") else [field]
+    key = parts[0] if parts else ""
     if key == "partial_rotary_factor" and rotary_dim_given:
         key = "rotary_dim"
-    return "rope" if not key or key.startswith("default") else f"rope.{key}"
+    inner = "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in parts[1:])
+    return "rope" if not key or key.startswith("default") else f"rope.{key}{inner}"
 
 
 def _text_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:

@@ -212,7 +212,7 @@ REJECTED_EXPLICIT: list[tuple[str, dict[str, Any], str]] = [
         "short_factor entry 10**400",
         {"rope_type": "longrope", "head_dim": 4, "short_factor": [10**400, 1], "long_factor": [1, 1]}
         | {"original_max_position_embeddings": 16},
-        "rope.short_factor.0",
+        "rope.short_factor[0]",
     ),
 ]
 
