@@ -12,9 +12,11 @@ import pytest
 import torch
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from hf_oracle import hf_rotary, hf_text_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load, save
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from ropeserve.api import create_app, routes_rotation
 from ropeserve.config import normalize_config, preset_config
@@ -286,3 +288,28 @@ def fuzz_client() -> TestClient:
 def test_fuzzed_bodies_never_fail_the_server(fuzz_client: TestClient, content: bytes, endpoint: str) -> None:
     response = fuzz_client.post(endpoint, content=content, headers=SAFETENSORS)
     assert response.status_code in (200, 400, 422), response.text
+
+
+def test_bit_exactness_excepts_only_the_bits_of_nans(client: TestClient) -> None:
+    """README's exception to "bit for bit": NaN in q/k gives NaN out in exactly transformers' elements (its
+    rotation pair) and every other element is bit-identical, but a NaN's sign and payload bits are not
+    reproduced (the kernels' operation order differs from transformers', e.g. 0xffffffff vs 0x7fffffff)."""
+    config = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "max_position_embeddings": 64}
+    positions = torch.arange(5)
+    q, k = torch.randn(1, 4, 5, 16, generator=torch.Generator().manual_seed(3)), torch.randn(1, 4, 5, 16)
+    for tensor in (q, k):
+        bits = tensor.view(torch.int32)
+        bits[0, 0, 1, 3], bits[0, 1, 2, 10], bits[0, 3, 4, 0] = 0x7FC00001, -0x00400001, 0x7F800001  # payloads, -NaN
+    cos, sin = hf_rotary(hf_text_config(config))(q, positions[None])
+    expected = dict(zip("qk", apply_rotary_pos_emb(q, k, cos, sin), strict=True))
+    response = client.post(
+        "/v1/rope/apply",
+        content=body({"q": q, "k": k, "positions": positions}, {"config": config}),
+        headers=SAFETENSORS,
+    )
+    assert response.status_code == 200, response.text
+    for name, rotated in load(response.content).items():
+        nan = expected[name].isnan()
+        assert nan.sum() == 6  # each planted NaN spreads to its NeoX pair, nowhere else
+        assert torch.equal(rotated.isnan(), nan)
+        assert torch.equal(rotated[~nan].view(torch.int32), expected[name][~nan].view(torch.int32))

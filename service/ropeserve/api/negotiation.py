@@ -13,6 +13,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from ropeserve.config.jsonsafe import first_non_finite
 from ropeserve.errors import InvalidInput, NotAcceptable, UnsupportedMediaType
 from ropeserve.serving.codec import (
     ALLOWED_DTYPES,
@@ -120,7 +121,15 @@ def tensor_response(
     *,
     binary_default: bool = False,
 ) -> Response:
-    """``meta`` plus ``tensors``: safetensors if asked for, else JSON (406 above ``json_max_elements``)."""
+    """``meta`` plus ``tensors``: safetensors if asked for, else JSON (406 above ``json_max_elements``).
+
+    A NaN or infinity in ``meta`` (no JSON can carry it) is a 422 naming its key, whatever the format.
+    """
+    non_finite = first_non_finite(meta)
+    if non_finite is not None:
+        raise InvalidInput(
+            f"the result's {non_finite.lstrip('/')!r} is not finite for these inputs", field=non_finite.lstrip("/")
+        )
     if wants_safetensors(request, binary_default):
         return SafetensorsResponse(encode_safetensors(tensors, {METADATA_KEY: json.dumps(meta)}))
     elements = sum(t.numel() for t in tensors.values())

@@ -22,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from ropeserve.api.negotiation import TENSOR_RESPONSES, read_safetensors_request, tensor_response
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.runtime import Runtime, RuntimeDep
-from ropeserve.api.schemas import DTYPES, DtypeName, PositionRange, StrictModel, positions_tensor
+from ropeserve.api.schemas import DTYPES, DtypeName, Int64, PositionRange, StrictModel, positions_tensor
 from ropeserve.encodings import (
     AlibiMode,
     GridAxis,
@@ -48,8 +48,8 @@ Position = Annotated[int, Field(ge=0, le=MAX_POSITION)]
 
 
 class BoundedRange(PositionRange):
-    start: int = Field(0, ge=0, le=MAX_POSITION)
-    stop: int = Field(..., le=MAX_POSITION)
+    start: Int64 = Field(0, ge=0, le=MAX_POSITION)
+    stop: Int64 = Field(..., le=MAX_POSITION)
 
 
 JSON_ROUTE_RESPONSES = {**TENSOR_RESPONSES, **problem_responses(406, 413, 422)}
@@ -70,10 +70,10 @@ class SinusoidalRequest(StrictModel):
     positions: list[Position] | BoundedRange = Field(
         ..., description="Positions as a list, or a range {start, stop, step}.", examples=[{"stop": 4}]
     )
-    offset: int = Field(
+    offset: Int64 = Field(
         0, ge=0, le=MAX_POSITION, description="Added to every position: continue a table after `offset` tokens."
     )
-    dim: int = Field(..., ge=1, description="Table width d; odd d allowed (see `schedule`).", examples=[8])
+    dim: Int64 = Field(..., ge=1, description="Table width d; odd d allowed (see `schedule`).", examples=[8])
     base: float = Field(10000.0, gt=0, allow_inf_nan=False, description="Wavelength base (10000 in the paper).")
     layout: SinusoidalLayout = Field(
         "interleaved", description="interleaved: sin/cos in even/odd columns; concat: [sin | cos] (Marian, fairseq)."
@@ -110,14 +110,14 @@ def sinusoidal(body: SinusoidalRequest, request: Request, runtime: RuntimeDep) -
 
 
 class AlibiRequest(StrictModel):
-    num_heads: int = Field(..., ge=1, description="Attention heads; any count (not only powers of two).")
+    num_heads: Int64 = Field(..., ge=1, description="Attention heads; any count (not only powers of two).")
     max_bias: float = Field(
         8.0, gt=0, allow_inf_nan=False, description="B in the slopes 2^(-B·k/n) (8 in the paper, BLOOM, MPT)."
     )
-    query_len: int | None = Field(None, ge=1, description="With key_len: also return the bias [H, Tq, Tk].")
-    key_len: int | None = Field(None, ge=1, description="With query_len: also return the bias [H, Tq, Tk].")
+    query_len: Int64 | None = Field(None, ge=1, description="With key_len: also return the bias [H, Tq, Tk].")
+    key_len: Int64 | None = Field(None, ge=1, description="With query_len: also return the bias [H, Tq, Tk].")
     mode: AlibiMode = Field("causal", description="causal: slope·(j - i); symmetric: -slope·|i - j|.")
-    offset: int = Field(0, ge=0, le=MAX_POSITION, description="Position of the first query (cached tokens).")
+    offset: Int64 = Field(0, ge=0, le=MAX_POSITION, description="Position of the first query (cached tokens).")
     dtype: DtypeName = Field("float32", description="dtype of `bias` (slopes stay float32).")
 
     @model_validator(mode="after")
@@ -153,14 +153,14 @@ def alibi(body: AlibiRequest, request: Request, runtime: RuntimeDep) -> Response
 
 
 class RelativeRequest(StrictModel):
-    query_len: int = Field(..., ge=1, description="Tq.")
-    key_len: int = Field(..., ge=1, description="Tk.")
+    query_len: Int64 = Field(..., ge=1, description="Tq.")
+    key_len: Int64 = Field(..., ge=1, description="Tk.")
     mode: Literal["t5", "shaw"] = Field("t5", description="t5: log-spaced buckets; shaw: clipped distances.")
     bidirectional: bool = Field(True, description="False for decoders (t5 causal buckets; shaw clips to [-k, 0]).")
-    offset: int = Field(0, ge=0, le=MAX_POSITION, description="Position of the first query (cached tokens).")
-    num_buckets: int = Field(32, ge=2, description="t5 only: relative_attention_num_buckets.")
-    max_distance: int = Field(128, ge=1, description="t5 only: relative_attention_max_distance.")
-    clip: int | None = Field(None, ge=0, description="shaw only (required): k in clip(j - i, -k, k) + k.")
+    offset: Int64 = Field(0, ge=0, le=MAX_POSITION, description="Position of the first query (cached tokens).")
+    num_buckets: Int64 = Field(32, ge=2, description="t5 only: relative_attention_num_buckets.")
+    max_distance: Int64 = Field(128, ge=1, description="t5 only: relative_attention_max_distance.")
+    clip: Int64 | None = Field(None, ge=0, description="shaw only (required): k in clip(j - i, -k, k) + k.")
 
 
 @dataclass(frozen=True)
@@ -229,9 +229,9 @@ def relative(body: RelativeRequest, request: Request, runtime: RuntimeDep) -> Re
 
 
 class SinCos2dRequest(StrictModel):
-    grid_h: int = Field(..., ge=1, description="Patch rows H.")
-    grid_w: int = Field(..., ge=1, description="Patch columns W.")
-    dim: int = Field(..., ge=4, multiple_of=4, description="Table width: a multiple of 4.", examples=[768])
+    grid_h: Int64 = Field(..., ge=1, description="Patch rows H.")
+    grid_w: Int64 = Field(..., ge=1, description="Patch columns W.")
+    dim: Int64 = Field(..., ge=4, multiple_of=4, description="Table width: a multiple of 4.", examples=[768])
     base: float = Field(10000.0, gt=0, allow_inf_nan=False, description="Frequency base (temperature).")
     cls_token: bool = Field(False, description="Prepend one row of zeros for the class token.")
     first_axis: GridAxis = Field(
@@ -273,9 +273,9 @@ def sincos_2d(body: SinCos2dRequest, request: Request, runtime: RuntimeDep) -> R
 class ResampleParams(StrictModel):
     """The JSON object under ``__metadata__["ropeserve"]`` of a resample request."""
 
-    source_grid: list[int] = Field(..., min_length=1, max_length=2, description="[H, W] of the table, or [N] (1-D).")
-    target_grid: list[int] = Field(..., min_length=1, max_length=2, description="[H', W'] or [N'].")
-    prefix_rows: int = Field(0, ge=0, description="Rows before the grid (class/register tokens), kept unchanged.")
+    source_grid: list[Int64] = Field(..., min_length=1, max_length=2, description="[H, W] of the table, or [N] (1-D).")
+    target_grid: list[Int64] = Field(..., min_length=1, max_length=2, description="[H', W'] or [N'].")
+    prefix_rows: Int64 = Field(0, ge=0, description="Rows before the grid (class/register tokens), kept unchanged.")
     mode: str | None = Field(
         None, description="bicubic (2-D default), bilinear, linear (1-D default), nearest or nearest-exact."
     )

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 import torch
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from pydantic import Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
 from ropeserve.api.negotiation import TENSOR_RESPONSES, tensor_response
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.runtime import RuntimeDep
-from ropeserve.api.schemas import DTYPES, DtypeName, PairingName, RopeSource, StrictModel, require_exactly_one
+from ropeserve.api.schemas import (
+    DTYPES,
+    DtypeName,
+    Int64,
+    PairingName,
+    RopeSource,
+    StrictModel,
+    require_exactly_one,
+)
 from ropeserve.config import preset_config
 from ropeserve.config.normalize import MAX_HEAD_DIM
 from ropeserve.errors import InvalidInput, check_limit
@@ -29,9 +38,6 @@ from ropeserve.positions import (
 )
 from ropeserve.rope import mrope_cos_sin, vision_cos_sin
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-"""Bounds of ``fill_value``: position ids are int64 (a larger value is a 422, not an overflow)."""
-
 
 def check_decode_size(cache_lengths: list[int], num_new: int, limit: int) -> None:
     """Decode positions: rows × ``num_new`` within ``limit``, and ``num_new`` alone too (``arange(num_new)`` is
@@ -39,9 +45,11 @@ def check_decode_size(cache_lengths: list[int], num_new: int, limit: int) -> Non
     check_limit(max(len(cache_lengths), 1) * num_new, limit, "positions", "num_new")
 
 
+VISION_HEAD_DIM_MIN = 4
+"""Smallest vision head size: the 2-D rotary splits it into (h, w) halves of cos/sin pairs."""
 router = APIRouter(tags=["positions"])
 ERRORS = problem_responses(406, 413, 422)
-IntMatrix = list[list[int]]
+IntMatrix = list[list[Int64]]
 Compat = Literal["transformers5", "transformers4"]
 
 
@@ -50,13 +58,13 @@ class PositionsRequest(StrictModel):
     ``cache_lengths`` (the next ``num_new`` decode positions)."""
 
     attention_mask: IntMatrix | None = Field(None, description="[B, T] 0/1; left, right or interior padding.")
-    segment_lengths: list[int] | None = Field(None, description="Packed sequence lengths; positions restart.")
-    cu_seqlens: list[int] | None = Field(None, description="Packed boundaries [0, l0, l0+l1, ...].")
-    cache_lengths: list[int] | None = Field(None, description="Decode: tokens already cached per row.")
-    past_lengths: list[int] | None = Field(None, description="Continuation: cache length per row / segment.")
-    num_new: int = Field(1, ge=1, description="Decode: positions per row (>1 for speculative decoding).")
-    total_length: int | None = Field(None, ge=0, description="Packed: pad the output to this many tokens.")
-    fill_value: int = Field(0, ge=INT64_MIN, le=INT64_MAX, description="Value of padded slots (transformers uses 0).")
+    segment_lengths: list[Int64] | None = Field(None, description="Packed sequence lengths; positions restart.")
+    cu_seqlens: list[Int64] | None = Field(None, description="Packed boundaries [0, l0, l0+l1, ...].")
+    cache_lengths: list[Int64] | None = Field(None, description="Decode: tokens already cached per row.")
+    past_lengths: list[Int64] | None = Field(None, description="Continuation: cache length per row / segment.")
+    num_new: Int64 = Field(1, ge=1, description="Decode: positions per row (>1 for speculative decoding).")
+    total_length: Int64 | None = Field(None, ge=0, description="Packed: pad the output to this many tokens.")
+    fill_value: Int64 = Field(0, description="Value of padded slots (transformers uses 0).")
 
     @model_validator(mode="after")
     def _one_mode(self) -> PositionsRequest:
@@ -96,13 +104,52 @@ def positions(body: PositionsRequest, request: Request, runtime: RuntimeDep) -> 
     return tensor_response(request, {"positions": ids}, meta, runtime.settings.json_response_max_elements)
 
 
+class VisionConfig(BaseModel):
+    """The keys of a config's ``vision_config`` these routes read, bounded like the explicit request fields."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+    spatial_merge_size: Int64 | None = Field(None, ge=1, le=64)
+    tokens_per_second: float | None = Field(None, gt=0)
+    hidden_size: Int64 | None = Field(None, ge=1)
+    embed_dim: Int64 | None = Field(None, ge=1)
+    num_heads: Int64 | None = Field(None, ge=1)
+
+    def head_dim(self) -> int | None:
+        """``hidden_size // num_heads`` (``embed_dim`` for Qwen2-VL), in the explicit ``head_dim``'s range."""
+        hidden = self.hidden_size or self.embed_dim
+        if hidden is None or self.num_heads is None:
+            return None
+        head_dim = hidden // self.num_heads
+        if not VISION_HEAD_DIM_MIN <= head_dim <= MAX_HEAD_DIM:
+            raise InvalidInput(
+                f"vision_config gives head_dim {head_dim}; it must be in {VISION_HEAD_DIM_MIN}..{MAX_HEAD_DIM}",
+                field="/config/vision_config/num_heads",
+            )
+        return head_dim
+
+
+def vision_config(config: Mapping[str, Any]) -> VisionConfig:
+    """The config's ``vision_config`` (absent: empty), checked; InvalidInput names ``/config/vision_config/<key>``."""
+    vision = config.get("vision_config") or {}
+    if not isinstance(vision, Mapping):
+        raise InvalidInput(
+            f"vision_config must be a JSON object, got {type(vision).__name__}", field="/config/vision_config"
+        )
+    try:
+        return VisionConfig.model_validate(vision)
+    except ValidationError as error:
+        first = error.errors()[0]
+        key = "/".join(str(part) for part in first["loc"])
+        raise InvalidInput(f"vision_config.{key}: {first['msg']}", field=f"/config/vision_config/{key}") from None
+
+
 class MRopeModel(StrictModel):
     """Which M-RoPE family and vision settings: ``family`` and/or a ``preset``/``config`` to read them from."""
 
     family: str | None = Field(None, description="qwen2_vl, qwen2_5_vl, qwen3_vl, glm4v (or an alias).")
     preset: str | None = Field(None, description="A preset whose model_type and vision_config give the family.")
     config: dict[str, Any] | None = Field(None, description="A config.json giving model_type and vision_config.")
-    spatial_merge_size: int | None = Field(None, ge=1, le=64, description="Default: the config's, else the family's.")
+    spatial_merge_size: Int64 | None = Field(None, ge=1, le=64, description="Default: the config's, else the family's.")
     tokens_per_second: float | None = Field(None, gt=0, description="Qwen2.5-VL video time scale (default 2).")
 
     def resolve(self) -> tuple[str, int | None, float | None]:
@@ -112,14 +159,14 @@ class MRopeModel(StrictModel):
             if self.family is None:
                 raise InvalidInput("give family, preset or config", field="family")
             return self.family, self.spatial_merge_size, self.tokens_per_second
-        vision = config.get("vision_config") or {}
+        vision = vision_config(config)
         family = self.family or config.get("model_type")
         if not isinstance(family, str):
             raise InvalidInput("the config has no model_type; give family", field="family")
         return (
             family,
-            self.spatial_merge_size or vision.get("spatial_merge_size"),
-            self.tokens_per_second or vision.get("tokens_per_second"),
+            self.spatial_merge_size or vision.spatial_merge_size,
+            self.tokens_per_second or vision.tokens_per_second,
         )
 
 
@@ -133,8 +180,8 @@ class MRopePositionsRequest(MRopeModel):
     )
     mm_token_type_ids: IntMatrix | None = Field(None, description="[B, L]: 0 text, 1 image pad, 2 video pad.")
     input_ids: IntMatrix | None = Field(None, description="[B, L] token ids (image/video pad ids from the family).")
-    image_token_id: int | None = None
-    video_token_id: int | None = None
+    image_token_id: Int64 | None = None
+    video_token_id: Int64 | None = None
     image_grid_thw: IntMatrix | None = Field(None, description="[N_img, 3] (t, h, w) in patches, batch order.")
     video_grid_thw: IntMatrix | None = Field(None, description="[N_vid, 3] (t, h, w) in patches, batch order.")
     second_per_grid_ts: list[float] | None = Field(None, description="Qwen2.5-VL: seconds per temporal patch.")
@@ -145,9 +192,9 @@ class MRopePositionsRequest(MRopeModel):
         "oracle, default) or transformers4 (max position + 1: transformers 4.x, original Qwen code, vLLM).",
     )
     padding_side: Literal["left", "right"] = Field("right", description="Segment form: where shorter rows pad.")
-    fill_value: int = Field(0, ge=INT64_MIN, le=INT64_MAX, description="Value of padded slots (transformers 5 uses 0).")
-    context_len: int | None = Field(None, ge=0, description="Chunked prefill: return columns [context_len:seq_len].")
-    seq_len: int | None = Field(None, ge=0, description="Chunked prefill: end of the slice (default: all).")
+    fill_value: Int64 = Field(0, description="Value of padded slots (transformers 5 uses 0).")
+    context_len: Int64 | None = Field(None, ge=0, description="Chunked prefill: return columns [context_len:seq_len].")
+    seq_len: Int64 | None = Field(None, ge=0, description="Chunked prefill: end of the slice (default: all).")
 
     @model_validator(mode="after")
     def _one_form(self) -> MRopePositionsRequest:
@@ -211,9 +258,9 @@ def mrope_positions(body: MRopePositionsRequest, request: Request, runtime: Runt
 
 
 class MRopeDecodeRequest(StrictModel):
-    mrope_position_deltas: list[int] | IntMatrix = Field(..., description="[B] or [B, 1] from the prefill.")
-    cache_lengths: list[int] = Field(..., description="Tokens already in the cache per row.")
-    num_new: int = Field(1, ge=1, description="Positions per row (>1 for speculative decoding).")
+    mrope_position_deltas: list[Int64] | IntMatrix = Field(..., description="[B] or [B, 1] from the prefill.")
+    cache_lengths: list[Int64] = Field(..., description="Tokens already in the cache per row.")
+    num_new: Int64 = Field(1, ge=1, description="Positions per row (>1 for speculative decoding).")
 
 
 @router.post(
@@ -230,8 +277,21 @@ def mrope_decode(body: MRopeDecodeRequest, request: Request, runtime: RuntimeDep
     return tensor_response(request, {"position_ids": ids}, meta, runtime.settings.json_response_max_elements)
 
 
+def _rows_rank(value: Any) -> str:
+    """The union member a ``position_ids`` value is validated as (so errors name one shape, not both)."""
+    blocks = value if isinstance(value, list) else []
+    rows = blocks[0] if blocks and isinstance(blocks[0], list) else []
+    return "[3, B, T]" if rows and isinstance(rows[0], list) else "[3, T]"
+
+
+PositionRows = Annotated[
+    Annotated[list[IntMatrix], Tag("[3, B, T]")] | Annotated[IntMatrix, Tag("[3, T]")],
+    Discriminator(_rows_rank),
+]
+
+
 class MRopeCosSinRequest(RopeSource):
-    position_ids: list[IntMatrix] | IntMatrix = Field(
+    position_ids: PositionRows = Field(
         ..., description="[3, B, T] or [3, T] (T, H, W rows), e.g. from /v1/mrope/positions."
     )
     dtype: DtypeName = "float32"
@@ -282,8 +342,10 @@ def mrope_cos_sin_route(body: MRopeCosSinRequest, request: Request, runtime: Run
 
 class VisionRopeRequest(StrictModel):
     grid_thw: IntMatrix = Field(..., description="[N, 3] (t, h, w) patch grids of the images/videos, in order.")
-    spatial_merge_size: int | None = Field(None, ge=1, le=64, description="Default: the config's, else 2.")
-    head_dim: int | None = Field(None, ge=4, le=MAX_HEAD_DIM, description="Vision head size; default: from the config.")
+    spatial_merge_size: Int64 | None = Field(None, ge=1, le=64, description="Default: the config's, else 2.")
+    head_dim: Int64 | None = Field(
+        None, ge=VISION_HEAD_DIM_MIN, le=MAX_HEAD_DIM, description="Vision head size; default: the config's."
+    )
     theta: float = Field(10_000.0, gt=0)
     preset: str | None = None
     config: dict[str, Any] | None = None
@@ -291,20 +353,14 @@ class VisionRopeRequest(StrictModel):
     def resolve(self) -> tuple[int, int]:
         """``(spatial_merge_size, head_dim)``: explicit fields win over the vision_config."""
         config = self.config if self.config is not None else (preset_config(self.preset) if self.preset else {})
-        vision = config.get("vision_config") or {}
-        merge = self.spatial_merge_size or vision.get("spatial_merge_size") or 2
-        head_dim = self.head_dim or _vision_head_dim(vision)
+        vision = vision_config(config)
+        merge = self.spatial_merge_size or vision.spatial_merge_size or 2
+        head_dim = self.head_dim or vision.head_dim()
         if head_dim is None:
             raise InvalidInput(
                 "give head_dim, or a config whose vision_config has hidden_size and num_heads", field="head_dim"
             )
         return merge, head_dim
-
-
-def _vision_head_dim(vision: dict[str, Any]) -> int | None:
-    hidden = vision.get("hidden_size") or vision.get("embed_dim")
-    heads = vision.get("num_heads")
-    return hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 else None
 
 
 @router.post(

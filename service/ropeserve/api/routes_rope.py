@@ -14,6 +14,7 @@ from ropeserve.api.runtime import RuntimeDep
 from ropeserve.api.schemas import (
     DTYPES,
     DtypeName,
+    Int64,
     PairingName,
     Position,
     PositionRange,
@@ -34,7 +35,7 @@ class CosSinRequest(RopeSource):
     pairing: PairingName | None = Field(
         None, description="neox (rotate-half, halves duplicated) or gptj (adjacent pairs); default: the model's."
     )
-    seq_len_cached: int | None = Field(
+    seq_len_cached: Int64 | None = Field(
         None,
         ge=1,
         description="dynamic NTK only: the longest length the model has already seen (transformers' "

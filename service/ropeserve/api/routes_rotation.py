@@ -18,7 +18,7 @@ from pydantic import Field
 from ropeserve.api.negotiation import SafetensorsResponse, read_safetensors_request
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.runtime import Runtime, RuntimeDep
-from ropeserve.api.schemas import DTYPES, DtypeName, PairingName, RopeSource
+from ropeserve.api.schemas import DTYPES, DtypeName, Int64, PairingName, RopeSource
 from ropeserve.api.tracing import PHASE_TIMINGS_STATE
 from ropeserve.metrics import Metrics
 from ropeserve.serving import (
@@ -42,7 +42,7 @@ class RotationParams(RopeSource):
         "bhtd", description="q/k layout: [B,H,T,D] (transformers), [B,T,H,D] (flash-attn) or [T, H·D] (vLLM)."
     )
     pairing: PairingName | None = Field(None, description="neox or gptj; default: the model family's (neox).")
-    rotary_dim: int | None = Field(None, ge=1, description="Override the rotated width (partial rotary).")
+    rotary_dim: Int64 | None = Field(None, ge=1, description="Override the rotated width (partial rotary).")
     dtype: DtypeName | None = Field(
         None, description="Cast q/k to this dtype before rotating; the answer is in it. Default: q's dtype."
     )

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from ropeserve.config import RopeParams, from_explicit, normalize_config, preset_config
 from ropeserve.errors import InvalidInput, check_limit
+from ropeserve.positions import INT64_MAX, INT64_MIN
 from ropeserve.rope.tables import MAX_POSITION
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -17,8 +18,22 @@ PairingName = Literal["neox", "gptj"]
 Position = Annotated[int, Field(ge=0, le=MAX_POSITION)]
 
 
+def _within_int64(value: int) -> int:
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError(f"must be an int64 ({INT64_MIN}..{INT64_MAX})")
+    return value
+
+
+Int64 = Annotated[int, AfterValidator(_within_int64)]
+"""Every integer of a request model: JSON integers have no bound, the tensors they fill are int64. A validator,
+not ``Field(ge, le)``: annotated bounds would replace a field's own (pydantic keeps one ``ge``/``le``)."""
+
+
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    """Base of the request models: unknown keys refused, no coercion, and no NaN or infinity in a float field
+    (they would reach the arithmetic and the JSON encoder); integers are ``Int64``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 def require_exactly_one(model: BaseModel, names: tuple[str, ...]) -> str:
@@ -68,7 +83,7 @@ class RopeSource(StrictModel):
 class PositionRange(StrictModel):
     start: Position = 0
     stop: Annotated[int, Field(ge=0, le=MAX_POSITION + 1)]
-    step: int = Field(1, ge=1, le=MAX_POSITION)
+    step: Int64 = Field(1, ge=1, le=MAX_POSITION)
 
     @model_validator(mode="after")
     def _ordered(self) -> PositionRange:

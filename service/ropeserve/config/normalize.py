@@ -18,12 +18,13 @@ Every resolved value remembers where it came from as a JSON pointer (or ``defaul
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ropeserve.config.families import ModelFamily, MropeLayout, family_of
-from ropeserve.config.schema import ROPE_TYPE_ALIASES, ROPE_TYPE_KEYS
+from ropeserve.config.jsonsafe import FLOAT_MAX, check_json_numbers
+from ropeserve.config.schema import KNOWN_KEYS, ROPE_TYPE_ALIASES, ROPE_TYPE_KEYS, allowed_keys
 from ropeserve.errors import InvalidInput
 
 LAYER_TYPE_LABELS = frozenset({"full_attention", "sliding_attention", "chunked_attention", "linear_attention"})
@@ -34,6 +35,8 @@ LONG_CONTEXT_TYPES = frozenset({"llama3", "yarn", "longrope"})
 EXPLICIT_TOP_LEVEL_KEYS = ("head_dim", "max_position_embeddings", "model_type", "original_max_position_embeddings")
 """Explicit keys placed at the config's top level; ``original_max_position_embeddings`` goes there because a
 top-level value is authoritative (a rope-dict one would lose to a class default such as Phi-3's 4096)."""
+EXPLICIT_ONLY_KEYS = frozenset({"rotary_dim", *EXPLICIT_TOP_LEVEL_KEYS})
+"""Keys an explicit ``rope`` object may hold besides its rope type's own (``schema.allowed_keys``)."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ def normalize_config(config: Mapping[str, Any], *, validate: bool = True) -> Nor
     """
     if not isinstance(config, Mapping):
         raise InvalidInput("config must be a JSON object", field="config")
+    check_json_numbers(config)
     text, pointer = _text_config(config)
     model_type = text.get("model_type") or config.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
@@ -142,15 +146,29 @@ def from_explicit(params: Mapping[str, Any]) -> RopeParams:
 
     ``params`` holds ``rope_type`` (default ``default``), ``rope_theta``, ``head_dim``, optionally
     ``rotary_dim`` or ``partial_rotary_factor``, ``max_position_embeddings`` and the type's own keys.
-    An error names the offending key as ``rope.<key>``.
+    An error names the offending key as ``rope.<key>``; a key that is no parameter (a typo such as
+    ``rope_thetaa``) or not one of the rope type's is an error too, not silently ignored.
     """
     if not isinstance(params, Mapping):
         raise InvalidInput("rope parameters must be a JSON object", field="rope")
+    _check_explicit_keys(params, KNOWN_KEYS)
     try:
-        return _from_explicit(dict(params))
+        check_json_numbers(params)
+        result = _from_explicit(dict(params))
     except InvalidInput as error:
         error.field = _explicit_field(error.field, rotary_dim_given="rotary_dim" in params)
         raise
+    _check_explicit_keys(params, allowed_keys(result.rope_type) or KNOWN_KEYS, result.rope_type)
+    return result
+
+
+def _check_explicit_keys(params: Mapping[str, Any], allowed: frozenset[str], rope_type: str | None = None) -> None:
+    """InvalidInput naming the first key of ``params`` outside ``allowed`` (plus the explicit-only keys)."""
+    unknown = sorted(set(params) - allowed - EXPLICIT_ONLY_KEYS)
+    if unknown:
+        what = "an unknown key" if rope_type is None else f"not a parameter of rope_type {rope_type!r}"
+        known = sorted(allowed | EXPLICIT_ONLY_KEYS)
+        raise InvalidInput(f"{unknown[0]!r} is {what}; accepted: {known}", field=f"rope.{unknown[0]}")
 
 
 def _from_explicit(rope: dict[str, Any]) -> RopeParams:
@@ -183,13 +201,17 @@ def factor_for_rotary_dim(rotary_dim: int, head_dim: int) -> float:
 
 
 def _explicit_field(field: str | None, rotary_dim_given: bool) -> str:
-    """Map a location in ``from_explicit``'s synthetic config (a JSON pointer) to ``rope.<key>``."""
+    """Map a location in ``from_explicit``'s synthetic config, or in the explicit parameters themselves (a JSON
+    pointer), to ``rope.<key>``, with ``[i]`` / ``.<key>`` for what lies inside it (``rope.short_factor[0]``)."""
     if field and field.startswith("rope."):
         return field
-    key = (field or "").rsplit("/", 1)[-1]
+    field = field or ""
+    parts = field.removeprefix("/rope_parameters").split("/")[1:] if field.startswith("/") else [field]
+    key = parts[0] if parts else ""
     if key == "partial_rotary_factor" and rotary_dim_given:
         key = "rotary_dim"
-    return "rope" if not key or key.startswith("default") else f"rope.{key}"
+    inner = "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in parts[1:])
+    return "rope" if not key or key.startswith("default") else f"rope.{key}{inner}"
 
 
 def _text_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
@@ -496,6 +518,7 @@ def validate_params(params: RopeParams, sources: Mapping[str, str] | None = None
 
 def _validate_type_specific(params: RopeParams, fail: Any) -> None:
     half = params.rotary_dim // 2
+    _validate_formula_domains(params, fail)
     if params.rope_type == "longrope":
         for key in ("short_factor", "long_factor"):
             values = getattr(params, key)
@@ -515,6 +538,52 @@ def _validate_type_specific(params: RopeParams, fail: Any) -> None:
             f"mrope_section {list(params.mrope_section)} sums to {sum(params.mrope_section)}; "
             f"rotary_dim/2 = {half} is needed",
         )
+
+
+def _yarn_domain(params: RopeParams, fail: Any) -> None:
+    original = params.original_max_position_embeddings or params.max_position_embeddings or 1
+    for key in ("beta_fast", "beta_slow"):  # an explicit 0 means the default
+        value = getattr(params, key)
+        if value and not _finite_quotient(original, value * 2 * math.pi):
+            fail(key, f"yarn takes ln(original_max_position_embeddings / (2 pi {key})): {key} {value} overflows it")
+    if params.rope_theta == 1:
+        fail("rope_theta", "yarn divides by ln(rope_theta): rope_theta must not be 1")
+
+
+def _llama3_domain(params: RopeParams, fail: Any) -> None:
+    if params.low_freq_factor == 0:
+        fail("low_freq_factor", "llama3 divides by low_freq_factor: it must be > 0")
+
+
+def _dynamic_domain(params: RopeParams, fail: Any) -> None:
+    if params.rotary_dim <= 2:
+        fail("head_dim", f"dynamic NTK raises to rotary_dim/(rotary_dim-2): rotary_dim {params.rotary_dim} must be > 2")
+
+
+def _longrope_domain(params: RopeParams, fail: Any) -> None:
+    if params.attention_factor is None and params.original_max_position_embeddings == 1:
+        fail("original_max_position_embeddings", "longrope divides by ln(original_max_position_embeddings): need > 1")
+
+
+FORMULA_DOMAINS: dict[str, Callable[[RopeParams, Any], None]] = {
+    "yarn": _yarn_domain,
+    "llama3": _llama3_domain,
+    "dynamic": _dynamic_domain,
+    "longrope": _longrope_domain,
+}
+"""Per rope type: values inside the generic ranges that would still divide by zero or overflow in its formula
+(``ropeserve.rope.registry.compute_inv_freq`` guards whatever is left)."""
+
+
+def _validate_formula_domains(params: RopeParams, fail: Any) -> None:
+    check = FORMULA_DOMAINS.get(params.rope_type)
+    if check is not None:
+        check(params, fail)
+
+
+def _finite_quotient(numerator: float, denominator: float) -> bool:
+    """``numerator / denominator`` is a finite, non-zero float (its logarithm exists)."""
+    return 0 < denominator <= FLOAT_MAX and 0 < numerator / denominator <= FLOAT_MAX
 
 
 def _is_number(value: Any) -> bool:

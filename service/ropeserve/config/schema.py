@@ -37,6 +37,13 @@ ROPE_TYPE_KEYS: dict[str, RopeTypeKeys] = {
     "proportional": RopeTypeKeys(frozenset(), frozenset({"factor"})),
 }
 
+
+def allowed_keys(rope_type: str) -> frozenset[str] | None:
+    """Every key a rope dict of ``rope_type`` may hold (None for an unknown type)."""
+    keys = ROPE_TYPE_KEYS.get(rope_type)
+    return None if keys is None else COMMON_KEYS | MROPE_KEYS | keys.required | keys.optional
+
+
 KNOWN_KEYS = (
     COMMON_KEYS | MROPE_KEYS | frozenset().union(*(keys.required | keys.optional for keys in ROPE_TYPE_KEYS.values()))
 )

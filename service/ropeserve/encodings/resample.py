@@ -66,6 +66,8 @@ def _check_table(table: torch.Tensor, grid_rows: int, prefix_rows: int) -> None:
         raise InvalidInput(f"table must be [rows, D] or [1, rows, D] (got {list(table.shape)})", field="table")
     if not table.is_floating_point():
         raise InvalidInput(f"table must be a floating-point tensor (got {table.dtype})", field="table")
+    if table.shape[-1] == 0:
+        raise InvalidInput(f"table has no columns (shape {list(table.shape)}): D must be >= 1", field="table")
     if prefix_rows < 0:
         raise InvalidInput(f"prefix_rows must be >= 0 (got {prefix_rows})", field="prefix_rows")
     rows = table.shape[-2]

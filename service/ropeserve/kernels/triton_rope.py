@@ -6,10 +6,10 @@ slot reads the position row named by the slot map), and rotates a [BLOCK_T, BLOC
 channel pairs. Pairs are ``(j·PAIR_STRIDE, j·PAIR_STRIDE + PAIR_OFFSET)``: ``(j, j + n_freq)`` for NeoX and
 ``(2j, 2j + 1)`` for GPT-J. Layouts are handled through strides of the [B, T, H, D] view (channel stride 1).
 
-Numerics match the eager formula bit for bit: cos/sin are rounded to the tensor dtype, and every product,
-sum and difference is computed in float32 and rounded to the tensor dtype (what torch's eager bf16/fp16
-kernels do; bfloat16 uses an explicit round-to-nearest-even so the CPU interpreter agrees too). Float
-contraction into FMA is disabled at launch.
+Numerics match the eager formula bit for bit (a NaN's sign and payload bits excepted): cos/sin are rounded to
+the tensor dtype, and every product, sum and difference is computed in float32 and rounded to the tensor dtype
+(what torch's eager bf16/fp16 kernels do; bfloat16 uses an explicit round-to-nearest-even so the CPU
+interpreter agrees too). Float contraction into FMA is disabled at launch.
 
 Import with ``TRITON_INTERPRET=1`` already set to run on CPU tensors (tests).
 """

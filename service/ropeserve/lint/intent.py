@@ -9,8 +9,9 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
+from ropeserve.config.jsonsafe import check_json_numbers
 from ropeserve.errors import InvalidInput
-from ropeserve.lint.versions import VersionSpec
+from ropeserve.lint.versions import VersionSpec, shortened
 
 ENGINES = ("transformers", "vllm", "sglang", "tgi", "llama.cpp")
 ENGINE_ALIASES = {
@@ -49,12 +50,12 @@ class EngineTarget:
         """``vllm``, ``vllm==0.9.1``, ``vllm>=0.10,<0.12``, ``llama.cpp==b4500``; aliases such as ``hf``."""
         match = _TARGET.match(text) if isinstance(text, str) else None
         if match is None:
-            raise InvalidInput(f"not an engine target: {text!r} (e.g. 'vllm==0.9.1')", field=field)
+            raise InvalidInput(f"not an engine target: {shortened(str(text))!r} (e.g. 'vllm==0.9.1')", field=field)
         name = canonical_engine(match["name"], field)
         try:
             spec = VersionSpec.parse(_as_constraint((match["spec"] or "").removeprefix("@")))
         except InvalidInput as error:
-            raise InvalidInput(f"{text!r}: {error.detail}", field=field) from None
+            raise InvalidInput(f"{shortened(text)!r}: {error.detail}", field=field) from None
         return cls(name, spec)
 
     def __str__(self) -> str:
@@ -130,6 +131,7 @@ class DeploymentIntent:
             return cls()
         if not isinstance(data, Mapping):
             raise InvalidInput("intent must be a JSON object", field=pointer)
+        check_json_numbers(data, pointer)
         known = {f.name for f in fields(cls)} | set(LENGTH_KEYS)
         unknown = sorted(set(data) - known)
         if unknown:

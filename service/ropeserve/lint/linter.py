@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import ropeserve.lint.rules  # noqa: F401  (registers the rules)
+from ropeserve.config.jsonsafe import check_json_numbers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import RULES, Finding
 from ropeserve.lint.intent import DeploymentIntent
@@ -23,8 +24,14 @@ def lint_config(
     """Lint a Hugging Face ``config.json`` dict against a deployment ``intent`` (default: all engines).
 
     ``tokenizer_config`` (its ``model_max_length``) and a speculative ``draft_config`` are optional. Raises
-    InvalidInput only when ``config`` is not a JSON object; every other problem is a finding.
+    InvalidInput when ``config`` is not a JSON object, or when a document holds a number no float can carry
+    (10**400) or nests past ``MAX_JSON_DEPTH`` (the field is ``/<document>/<pointer>``); every other problem
+    is a finding.
     """
+    documents = {"config": config, "tokenizer_config": tokenizer_config, "draft_config": draft_config}
+    for name, document in documents.items():
+        if document is not None:
+            check_json_numbers(document, f"/{name}")
     context = LintContext.build(config, intent or DeploymentIntent(), tokenizer_config, draft_config)
     findings = [Finding(rule, hit) for rule in RULES.values() for hit in rule.check(context)]
     findings.sort(key=lambda f: (-f.severity, f.rule.id, f.hit.artifact, f.hit.pointer, f.hit.engine or ""))

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Any
 
+from ropeserve.config.jsonsafe import loads_bounded
 from ropeserve.errors import InvalidInput
 
 CONFIG_NAME = "config.json"
@@ -35,12 +35,7 @@ def read_json(path: str) -> JsonFile:
         raise InvalidInput(f"cannot read: {error.strerror or error}", field=path) from None
     except UnicodeDecodeError:
         raise InvalidInput("not UTF-8 text", field=path) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InvalidInput(
-            f"invalid JSON: {error.msg} (line {error.lineno}, column {error.colno})", field=path
-        ) from None
+    data = loads_bounded(text, error=InvalidInput, field=path)
     if not isinstance(data, dict):
         raise InvalidInput(f"expected a JSON object, got {type(data).__name__}", field=path)
     return JsonFile(path, text, data)

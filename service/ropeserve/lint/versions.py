@@ -22,6 +22,10 @@ _VERSION = re.compile(
     r"(?:\+[a-z0-9.]+)?$",
     re.IGNORECASE,
 )
+_NUMBERS = re.compile(r"\d+")
+MAX_VERSION_DIGITS = 18
+"""Most digits of one number in a version (real ones have at most 8, e.g. a date); longer ones are refused
+before ``int()`` (which refuses 4,300 digits with a plain ValueError)."""
 _PRE_RANK = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2}
 _FINAL = 3
 _CLAUSE = re.compile(r"^(?P<op>===|==|!=|>=|<=|~=|>|<)\s*(?P<version>\S+)$")
@@ -42,7 +46,12 @@ class Version:
     def parse(cls, text: str) -> Version:
         match = _VERSION.match(text.strip())
         if match is None:
-            raise InvalidInput(f"not a version: {text!r}", field="version")
+            raise InvalidInput(f"not a version: {shortened(text)!r}", field="version")
+        longest = max(len(number) for number in _NUMBERS.findall(text))
+        if longest > MAX_VERSION_DIGITS:
+            raise InvalidInput(
+                f"a version number of {longest} digits; at most {MAX_VERSION_DIGITS} are accepted", field="version"
+            )
         release = tuple(int(part) for part in match["release"].split("."))
         while len(release) > 1 and release[-1] == 0:
             release = release[:-1]
@@ -69,6 +78,11 @@ class Version:
 
     def __str__(self) -> str:
         return self.text
+
+
+def shortened(text: str, keep: int = 60) -> str:
+    """``text`` cut to ``keep`` characters for an error message (a hostile version string can be megabytes)."""
+    return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"
 
 
 @dataclass(frozen=True)
@@ -116,7 +130,7 @@ class VersionSpec:
         for part in filter(None, (p.strip() for p in text.split(","))):
             match = _CLAUSE.match(part)
             if match is None:
-                raise InvalidInput(f"not a version constraint: {part!r}", field="version")
+                raise InvalidInput(f"not a version constraint: {shortened(part)!r}", field="version")
             raw, prefix = match["version"], False
             if raw.endswith(".*") and match["op"] in ("==", "!="):
                 raw, prefix = raw[:-2], True

@@ -18,7 +18,7 @@ Endpoint map (one function per endpoint): ``positions_from_attention_mask`` (bat
 ``vision_position_ids`` (ViT 2-D ids).
 """
 
-from ropeserve.positions._common import PAD_POSITION
+from ropeserve.positions._common import INT64_MAX, INT64_MIN, PAD_POSITION
 from ropeserve.positions.families import (
     DEFAULT_COMPAT,
     FRAME_BLOCKS,
@@ -53,6 +53,8 @@ from ropeserve.positions.text import decode_positions, packed_positions, positio
 from ropeserve.positions.vision import vision_position_ids
 
 __all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
     "DEFAULT_COMPAT",
     "FRAME_BLOCKS",
     "FRAME_INDEX",

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ropeserve.errors import InvalidInput
 from ropeserve.positions._common import tensor_on
 from ropeserve.positions.families import MRopeCompat
 
@@ -38,6 +39,9 @@ PAD_BLOCK = 3
 """Internal kind of a padding block."""
 
 KIND_NAMES = {TEXT_TOKEN: "text", IMAGE_TOKEN: "image", VIDEO_TOKEN: "video", PAD_BLOCK: "padding"}
+
+POSITION_CEILING = 2**62
+"""Largest M-RoPE position (and temporal offset) built; the float64 checks against it keep a margin to int64."""
 
 # [axis, kind]: how T, H, W advance from one token of a line to the next (text, image, video, padding).
 _LINE_STEP = np.array([[1, 0, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]], dtype=np.int64)
@@ -55,11 +59,21 @@ class Blocks:
 
 
 def _temporal_offsets(frames: np.ndarray, time_step: np.ndarray | None) -> np.ndarray:
-    """``floor(frame * step)`` exactly as transformers: a torch float multiply in the step's dtype, then ``.long()``."""
+    """``floor(frame * step)`` exactly as transformers: a torch float multiply in the step's dtype, then ``.long()``.
+
+    An offset past ``POSITION_CEILING`` (or not finite) is refused before the cast, which would wrap it.
+    """
     if time_step is None:
         return frames
     step = torch.from_numpy(time_step)
-    return (torch.from_numpy(frames).to(step.dtype) * step).long().numpy()
+    offsets = torch.from_numpy(frames).to(step.dtype) * step
+    if not bool((offsets.abs() <= POSITION_CEILING).all()):  # NaN fails the comparison too
+        raise InvalidInput(
+            f"video time positions (frame x tokens_per_second x second_per_grid_t) pass {POSITION_CEILING}: "
+            "tokens_per_second or second_per_grid_t is too large",
+            field="second_per_grid_t",
+        )
+    return offsets.long().numpy()
 
 
 def _extents(blocks: Blocks) -> np.ndarray:
@@ -159,6 +173,11 @@ def plan_positions(
         return PositionPlan(num_rows, width, np.zeros((num_rows, 1), dtype=np.int64), none, none, none[0])
     extents = _extents(blocks)
     advance = ADVANCE_RULES[compat](blocks, extents)
+    if float(advance.sum(dtype=np.float64)) + float(extents.max()) > POSITION_CEILING:  # before any int64 sum
+        raise InvalidInput(
+            f"M-RoPE positions would pass {POSITION_CEILING}: tokens_per_second or second_per_grid_t is too large",
+            field="second_per_grid_t",
+        )
     is_padding = blocks.kind == PAD_BLOCK if blocks.has_padding else None
     if is_padding is not None:
         advance = np.where(is_padding, 0, advance)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ropeserve.config.jsonsafe import FLOAT_MAX
 from ropeserve.errors import InvalidInput, check_limit
 
 PAD_POSITION = 0
@@ -18,6 +19,8 @@ zero-initialised tensor). 0 is always a valid row of a cos/sin table, so a gathe
 padded slot is masked out of attention anyway. Every function that pads takes a ``fill_value`` to override it."""
 
 IntsLike = torch.Tensor | Sequence[int] | Sequence[Sequence[int]]
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""Bounds of every position id (int64): a result beyond them is a 422, never a wrapped number."""
 
 
 def as_long_tensor(
@@ -136,6 +139,22 @@ def require_at_least(tensor: torch.Tensor, minimum: int, field: str) -> None:
         )
 
 
+def require_sum_fits(base: torch.Tensor, offset: torch.Tensor, field: str, extra: int = 0) -> None:
+    """Raise naming ``field[i]`` when ``base[i] + offset[i] + extra`` would pass ``INT64_MAX``.
+
+    Exact and overflow-free without computing the sum: ``base >= 0`` (checked by the callers) and
+    ``0 <= extra < 2**62`` keep ``INT64_MAX - base - extra`` inside int64. [N] tensors (or broadcastable).
+    """
+    too_large = offset > (INT64_MAX - base) - extra
+    if bool(too_large.any()):
+        index = int(too_large.reshape(-1).nonzero()[0, 0])
+        raise InvalidInput(
+            f"{field}[{index}] is {int(base.reshape(-1)[index])}: the positions built on it would pass the int64 "
+            f"maximum {INT64_MAX}",
+            field=f"{field}[{index}]",
+        )
+
+
 def require_int(value: object, field: str, *, minimum: int | None = None) -> int:
     """A Python int (bools refused), optionally bounded below."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -149,7 +168,7 @@ def require_finite_float(value: object, field: str, *, minimum: float | None = N
     """A finite Python float (ints accepted, bools refused), optionally bounded below."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput(f"{field} must be a number, got {value!r}", field=field)
-    number = float(value)
+    number = float(value) if isinstance(value, float) or abs(value) <= FLOAT_MAX else math.inf
     if not math.isfinite(number):
         raise InvalidInput(f"{field} must be finite, got {number}", field=field)
     if minimum is not None and number < minimum:

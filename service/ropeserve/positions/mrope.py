@@ -33,6 +33,7 @@ from ropeserve.positions._common import (
     per_row_values,
     require_finite_float,
     require_int,
+    require_sum_fits,
     tensor_on,
 )
 from ropeserve.positions.families import (
@@ -528,6 +529,7 @@ def mrope_decode_positions(
         deltas = as_long_tensor(mrope_position_deltas, "mrope_position_deltas").reshape(-1)
     cache = per_row_values(cache_lengths, deltas.numel(), "cache_lengths", device=deltas.device)
     check_element_limit(3 * deltas.numel() * count, None, "decode positions", field="num_new")
+    require_sum_fits(cache, deltas, "cache_lengths", extra=count - 1)
     first = cache + deltas
     negative = first < 0
     if bool(negative.any()):

@@ -13,11 +13,12 @@ from ropeserve.positions._common import (
     PAD_POSITION,
     IntsLike,
     as_long_tensor,
-    as_mask_tensor,
+    as_mask_and_lengths,
     check_element_limit,
     per_row_values,
     require_at_least,
     require_int,
+    require_sum_fits,
 )
 
 __all__ = ["decode_positions", "packed_positions", "positions_from_attention_mask"]
@@ -40,8 +41,9 @@ def positions_from_attention_mask(
         past_lengths: real tokens already in each row's KV cache (``[B]`` or one int for all rows); default 0.
         fill_value: value for padded slots.
     """
-    mask = as_mask_tensor(attention_mask, "attention_mask")
+    mask, ones = as_mask_and_lengths(attention_mask, "attention_mask")
     past = per_row_values(past_lengths, mask.shape[0], "past_lengths", device=mask.device)
+    require_sum_fits(past, ones - 1, "past_lengths")
     positions = mask.long().cumsum(dim=-1) - 1 + past[:, None]
     return positions.masked_fill(~mask, fill_value)
 
@@ -67,6 +69,7 @@ def packed_positions(
     """
     lengths, field = _segment_lengths(segment_lengths, cu_seqlens)
     past = per_row_values(past_lengths, lengths.numel(), "past_lengths", device=lengths.device)
+    require_sum_fits(past, lengths - 1, "past_lengths")
     used = int(lengths.sum())
     length = used if total_length is None else require_int(total_length, "total_length", minimum=0)
     if length < used:
@@ -95,6 +98,7 @@ def decode_positions(cache_lengths: IntsLike | int, num_new: int = 1) -> torch.T
         cache = as_long_tensor(cache_lengths, "cache_lengths", ndim=1)
     require_at_least(cache, 0, "cache_lengths")
     check_element_limit(cache.numel() * count, None, "decode positions", field="num_new")
+    require_sum_fits(cache, torch.zeros_like(cache), "cache_lengths", extra=count - 1)
     return cache[:, None] + torch.arange(count, device=cache.device)
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch
 
 from ropeserve.config import RopeParams
+from ropeserve.errors import InvalidInput
 
 InvFreqFn = Callable[[RopeParams, "int | None"], "tuple[torch.Tensor, float]"]
 ROPE_TYPES: dict[str, InvFreqFn] = {}
@@ -33,8 +34,26 @@ def register(name: str) -> Callable[[InvFreqFn], InvFreqFn]:
 
 
 def compute_inv_freq(params: RopeParams, seq_len: int | None = None) -> tuple[torch.Tensor, float]:
-    """``(inv_freq [rotary_dim/2] float32 CPU, attention_factor)`` for ``params`` at ``seq_len``."""
-    return ROPE_TYPES[params.rope_type](params, seq_len)
+    """``(inv_freq [rotary_dim/2] float32 CPU, attention_factor)`` for ``params`` at ``seq_len``.
+
+    The last guard behind ``validate_params``: parameters whose formula still overflows, divides by zero or
+    leaves the real numbers are an InvalidInput (422), so no non-finite value reaches a table or a response.
+    """
+    try:
+        inv_freq, attention_factor = ROPE_TYPES[params.rope_type](params, seq_len)
+        finite = math.isfinite(attention_factor) and bool(torch.isfinite(inv_freq).all())
+    except (ArithmeticError, ValueError, TypeError) as error:
+        raise _outside_domain(params, str(error)) from None
+    if not finite:
+        raise _outside_domain(params, "a frequency or the attention factor is not finite")
+    return inv_freq, attention_factor
+
+
+def _outside_domain(params: RopeParams, why: str) -> InvalidInput:
+    return InvalidInput(
+        f"{params.rope_type} rope parameters {params.as_dict()} leave the formula's domain: {why}",
+        field="rope_parameters",
+    )
 
 
 def base_inv_freq(theta: float | torch.Tensor, dim: int) -> torch.Tensor:

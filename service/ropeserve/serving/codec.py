@@ -25,6 +25,7 @@ from typing import Any, Protocol, TypeVar
 import torch
 from pydantic import BaseModel, ValidationError
 
+from ropeserve.config.jsonsafe import loads_bounded
 from ropeserve.errors import InvalidInput, LimitExceeded, MalformedPayload, PayloadTooLarge
 
 METADATA_KEY = "ropeserve"
@@ -192,9 +193,10 @@ def _read_header(buffer: bytearray | memoryview, header_cap: int) -> tuple[dict[
     if length > header_cap:
         raise MalformedPayload(f"header length {length} exceeds the cap of {header_cap} bytes", field="body")
     try:
-        header = json.loads(bytes(buffer[8 : 8 + length]).decode("utf-8"), object_pairs_hook=_unique_keys)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        text = bytes(buffer[8 : 8 + length]).decode("utf-8")
+    except UnicodeDecodeError as error:
         raise MalformedPayload(f"the header is not UTF-8 JSON: {error}", field="body") from None
+    header = loads_bounded(text, error=MalformedPayload, field="body", object_pairs_hook=_unique_keys)
     if not isinstance(header, dict):
         raise MalformedPayload("the header must be a JSON object", field="body")
     return header, 8 + length

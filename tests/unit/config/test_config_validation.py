@@ -9,6 +9,7 @@ instead of failing, or silently computing garbage, at the first forward.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -23,6 +24,7 @@ from ropeserve.errors import InvalidInput
 
 BASE = {"hidden_size": 256, "num_attention_heads": 4, "max_position_embeddings": 4096}
 SHAPE_ONLY = {"hidden_size": 256, "num_attention_heads": 4}
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}
 
 
 def with_rope(rope: dict[str, Any]) -> dict[str, Any]:
@@ -115,6 +117,38 @@ REJECTED_CONFIGS: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("every layer NoPE", {**BASE, "rope_parameters": {"full_attention": None}}, "layer_type"),
     ("text_config keys wrong", {"text_config": {**BASE, "rope_theta": "x"}}, "/text_config/rope_theta"),
+    # issue 13: numbers no float holds, and finite values a formula cannot take
+    ("rope_theta 10**400", {**BASE, "rope_theta": 10**400}, "/rope_theta"),
+    ("hidden_size 10**400", {**BASE, "hidden_size": 10**400}, "/hidden_size"),
+    ("max_position_embeddings -10**400", {**BASE, "max_position_embeddings": -(10**400)}, "/max_position_embeddings"),
+    ("factor 10**400 deep in a list", {**BASE, "extra": [{"x": [10**400]}]}, "/extra/0/x/0"),
+    ("nested 65 levels", {**BASE, "extra": json.loads("[" * 65 + "]" * 65)}, "/extra" + "/0" * 63),
+    ("yarn beta_fast 1e308", with_rope({**YARN, "beta_fast": 1e308}), "/rope_scaling/beta_fast"),
+    ("yarn beta_slow 5e-324", with_rope({**YARN, "beta_slow": 5e-324}), "/rope_scaling/beta_slow"),
+    ("yarn rope_theta 1", {**with_rope(YARN), "rope_theta": 1}, "/rope_theta"),
+    (
+        "llama3 low_freq_factor 0",
+        with_rope(
+            {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}
+            | {"low_freq_factor": 0.0, "high_freq_factor": 4.0}
+        ),
+        "/rope_scaling/low_freq_factor",
+    ),
+    (
+        "dynamic rotary_dim 2",
+        {**BASE, "head_dim": 2, "rope_scaling": {"rope_type": "dynamic", "factor": 2}},
+        "/head_dim",
+    ),
+    (
+        "longrope original 1",
+        {
+            **BASE,
+            "head_dim": 4,
+            "rope_scaling": {"rope_type": "longrope", "short_factor": [1, 1], "long_factor": [2, 2], "factor": 4}
+            | {"original_max_position_embeddings": 1},
+        },
+        "/rope_scaling/original_max_position_embeddings",
+    ),
 ]
 
 
@@ -167,6 +201,19 @@ REJECTED_EXPLICIT: list[tuple[str, dict[str, Any], str]] = [
         "rope.max_position_embeddings",
     ),
     ("yarn without factor", {"rope_type": "yarn", "head_dim": 8, "max_position_embeddings": 64}, "rope.factor"),
+    # issue 13 item 10: a key that is no parameter, or not one of the type's, is an error (not silently ignored)
+    ("typo rope_thetaa", {"rope_thetaa": 5e5, "head_dim": 8}, "rope.rope_thetaa"),
+    ("typo rope_typ", {"rope_typ": "linear", "factor": 4.0, "head_dim": 8}, "rope.rope_typ"),
+    ("factor on default", {"rope_type": "default", "factor": 4.0, "head_dim": 8}, "rope.factor"),
+    ("beta_fast on linear", {"rope_type": "linear", "factor": 4.0, "beta_fast": 32, "head_dim": 8}, "rope.beta_fast"),
+    ("head_dim 10**400", {"head_dim": 10**400, "rotary_dim": 8}, "rope.head_dim"),
+    ("factor 10**400", {"rope_type": "linear", "factor": 10**400, "head_dim": 8}, "rope.factor"),
+    (
+        "short_factor entry 10**400",
+        {"rope_type": "longrope", "head_dim": 4, "short_factor": [10**400, 1], "long_factor": [1, 1]}
+        | {"original_max_position_embeddings": 16},
+        "rope.short_factor[0]",
+    ),
 ]
 
 
@@ -175,6 +222,22 @@ def test_invalid_explicit_params_name_the_rope_key(rope: dict[str, Any], field: 
     with pytest.raises(InvalidInput) as error:
         from_explicit(rope)
     assert error.value.field == field
+
+
+def test_explicit_params_accept_every_key_of_their_type() -> None:
+    """The key check refuses typos only: the explicit-only keys and each type's own keys still build."""
+    params = from_explicit(
+        {**YARN, "rope_theta": 1e4, "head_dim": 8, "rotary_dim": 8, "max_position_embeddings": 4096}
+        | {"beta_fast": 16.0, "beta_slow": 2.0, "mscale": 1.0, "mscale_all_dim": 1.0, "truncate": False}
+        | {"type": "yarn", "partial_rotary_factor": 1.0, "model_type": "llama"}
+    )
+    assert (params.rope_type, params.beta_fast, params.truncate) == ("yarn", 16.0, False)
+
+
+def test_a_config_stays_lenient_about_unknown_rope_keys() -> None:
+    """A Hugging Face config keeps transformers' leniency (the linter reports such keys as RS107)."""
+    params = normalize_config(with_rope({"rope_type": "linear", "factor": 4.0, "rope_thetaa": 5e5})).params()
+    assert (params.rope_type, params.factor, params.rope_theta) == ("linear", 4.0, 10000.0)
 
 
 def test_explicit_params_must_be_an_object() -> None:

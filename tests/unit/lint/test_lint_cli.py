@@ -13,6 +13,7 @@ from lint_helpers import CONFIGS
 
 QWEN = str(CONFIGS / "Qwen__Qwen2.5-7B-Instruct.json")
 LLAMA = str(CONFIGS / "meta-llama__Llama-3.1-8B-Instruct.json")
+QWEN_VL = str(CONFIGS / "Qwen__Qwen2.5-VL-7B-Instruct.json")
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -59,6 +60,60 @@ def test_invalid_json_and_non_object(tmp_path: Path) -> None:
     for path, message in ((broken, "invalid JSON"), (listing, "expected a JSON object")):
         result = run("lint", str(path))
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+HUGE_INT = "1" + "0" * 400  # 10**400: no float holds it
+LLAMA_TEXT = Path(LLAMA).read_text()
+
+
+@pytest.mark.parametrize(
+    ("config_text", "args", "message"),
+    [
+        (
+            LLAMA_TEXT.replace('"max_position_embeddings": 131072', f'"max_position_embeddings": {HUGE_INT}'),
+            (),
+            "/config/max_position_embeddings: an integer of about 400 digits is outside the float range",
+        ),
+        (LLAMA_TEXT, ("--engine", "vllm==" + "9" * 5000), "a version number of 5000 digits"),
+        (LLAMA_TEXT, ("--engine", "vllm>=0." + "1" * 5000), "a version number of 5000 digits"),
+        (LLAMA_TEXT.replace('"rope_theta": 500000.0', f'"rope_theta": 1{"0" * 5000}'), (), "5001 digits"),
+        ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", (), "JSON nested 100001 deep"),
+    ],
+    ids=["max_position_embeddings 10**400", "5000-digit engine pin", "5000-digit constraint", "5001-digit int", "deep"],
+)
+def test_hostile_input_is_an_input_error_not_a_crash(
+    tmp_path: Path, config_text: str, args: tuple[str, ...], message: str
+) -> None:
+    """Each of these crashed with a traceback and exit 1 (the findings code); input errors are exit 2, one line."""
+    path = tmp_path / "config.json"
+    path.write_text(config_text)
+    result = run("lint", str(path), *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("rope_scaling", "intent"),
+    [
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "beta_fast": 1e308}, {}),
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "beta_slow": 5e-324}, {}),
+        (None, {"video_fps": 1e308, "max_video_seconds": 600}),
+    ],
+    ids=["yarn beta_fast 1e308", "yarn beta_slow 5e-324", "video_fps 1e308"],
+)
+def test_extreme_finite_values_are_linted_not_crashed(tmp_path: Path, rope_scaling: dict | None, intent: dict) -> None:
+    """Finite values whose formulas overflow (a traceback and exit 1 before): a report, exit 0 or 1 by findings."""
+    if rope_scaling is not None:
+        config = json.loads(LLAMA_TEXT) | {"rope_scaling": rope_scaling}
+    else:  # without vision_config.tokens_per_second the video extent comes from video_fps
+        config = json.loads(Path(QWEN_VL).read_text())
+        del config["vision_config"]["tokens_per_second"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "intent.json").write_text(json.dumps(intent))
+    result = run("lint", str(tmp_path / "config.json"), "--intent", str(tmp_path / "intent.json"), "--format", "json")
+    assert result.returncode in (0, 1) and "Traceback" not in result.stderr, result.stderr
+    assert json.loads(result.stdout)["reports"][0]["model"]["model_type"] == config["model_type"]
 
 
 def test_usage_error_exits_two() -> None:

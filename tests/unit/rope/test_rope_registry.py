@@ -6,6 +6,7 @@ for ``default``, built from the same config dict through transformers' config cl
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -15,7 +16,8 @@ from hypothesis import strategies as st
 from rope_oracle import ROTARY_BY_TEXT_MODEL_TYPE, both, load_fixture
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from ropeserve.config import ROPE_TYPE_KEYS, from_explicit
+from ropeserve.config import ROPE_TYPE_KEYS, RopeParams, from_explicit
+from ropeserve.errors import InvalidInput
 from ropeserve.rope import ROPE_TYPES, compute_inv_freq, rotated_width
 
 S1 = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "max_position_embeddings": 131072}
@@ -362,3 +364,23 @@ def test_random_longrope_matches_transformers(
     inv_freq, attention_factor = compute_inv_freq(normalized.params(), seq_len)
     assert torch.equal(inv_freq, expected_inv_freq)
     assert attention_factor == expected_attention
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        RopeParams("yarn", 1.0, 8, factor=4.0, original_max_position_embeddings=16),  # ln(theta) = 0
+        RopeParams("yarn", 1e4, 8, factor=4.0, original_max_position_embeddings=16, attention_factor=math.inf),
+        RopeParams("dynamic", 1e4, 2, factor=2.0, max_position_embeddings=16),  # dim / (dim - 2)
+        RopeParams(
+            "llama3", 1e4, 8, factor=8.0, original_max_position_embeddings=16, low_freq_factor=0.0, high_freq_factor=4.0
+        ),
+    ],
+    ids=["yarn theta 1", "infinite attention factor", "dynamic rotary 2", "llama3 low_freq_factor 0"],
+)
+def test_parameters_outside_a_formula_domain_are_invalid_input(params: RopeParams) -> None:
+    """The guard behind validate_params: unvalidated parameters never raise a bare arithmetic error or return
+    a non-finite table."""
+    with pytest.raises(InvalidInput, match="leave the formula's domain") as error:
+        compute_inv_freq(params)
+    assert error.value.field == "rope_parameters"

@@ -10,6 +10,7 @@ from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
 from ropeserve.lint.rules.common import entries, fmt, rope_layers, written_type
+from ropeserve.lint.spectrum import finite_positive
 from ropeserve.lint.versions import Version
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -122,16 +123,21 @@ def mrope_gptj_on_vllm(ctx: LintContext) -> Iterator[Hit]:
         )
 
 
+VIDEO_EXTENT_CEILING = float(2**63)
+"""Positions are int64 in every engine: a larger projected extent (video_fps 1e308) counts as this one."""
+
+
 def _video_extent(ctx: LintContext) -> float:
-    """Extra temporal positions a video can add beyond its token count (tokens_per_second x seconds)."""
+    """Extra temporal positions a video can add beyond its token count (tokens_per_second x seconds), at most
+    ``VIDEO_EXTENT_CEILING``."""
     seconds = ctx.intent.max_video_seconds
     if not seconds:
         return 0.0
     vision = ctx.model.document.get("vision_config") or {}
-    per_second = vision.get("tokens_per_second") if isinstance(vision, dict) else None
-    if not isinstance(per_second, int | float):
+    per_second = finite_positive(vision.get("tokens_per_second")) if isinstance(vision, dict) else None
+    if per_second is None:
         per_second = (ctx.intent.video_fps or 2.0) / 2  # one temporal patch per two frames
-    return seconds * per_second
+    return min(seconds * per_second, VIDEO_EXTENT_CEILING)
 
 
 @rule(

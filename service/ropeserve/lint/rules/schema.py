@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from ropeserve.config.schema import COMMON_KEYS, MROPE_KEYS, ROPE_TYPE_KEYS
+from ropeserve.config.schema import allowed_keys
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.engines import REQUIRED_KEYS, TOP_LEVEL_FOLDED, rope_kinds, support
@@ -200,10 +200,9 @@ def missing_required_key(ctx: LintContext) -> Iterator[Hit]:
 )
 def unknown_rope_key(ctx: LintContext) -> Iterator[Hit]:
     for entry in entries(ctx):
-        keys = ROPE_TYPE_KEYS.get(canonical_type(entry) or "default")
-        if keys is None:
+        allowed = allowed_keys(canonical_type(entry) or "default")
+        if allowed is None:
             continue
-        allowed = COMMON_KEYS | MROPE_KEYS | keys.required | keys.optional
         for key in sorted(set(entry.data or ()) - allowed):
             why = ENGINE_ONLY_KEYS.get(key, "unknown to every engine read")
             yield ctx.hit(

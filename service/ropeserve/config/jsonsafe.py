@@ -1,0 +1,116 @@
+"""Guards that keep hostile JSON out of arithmetic and out of the JSON encoder (torch-free, no web imports).
+
+JSON puts no bound on nesting or on the size of an integer, and Python's parser also reads ``NaN`` and
+``Infinity``. Three limits follow, each checked before any value is used:
+
+- ``MAX_JSON_DEPTH``: nesting of a parsed document (a safetensors header, a config); deeper input is
+  refused before parsing, so the recursive parser never runs out of stack;
+- ``MAX_INT_DIGITS``: digits of one integer literal, refused before ``int()`` converts it (Python refuses
+  4,300 and more with a plain ValueError; anything past 309 digits is outside the float range anyway);
+- ``FLOAT_MAX``: every number of a config must be representable as a float (10**400 is not), because the
+  rope arithmetic and the linter convert them to floats.
+
+A NaN or infinity inside a config is left to the validation of its key (a rope computation refuses it, the
+linter reports it as a finding); ``first_non_finite`` finds one before a result is encoded as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ropeserve.errors import InvalidInput, ServiceError
+
+MAX_JSON_DEPTH = 64
+"""Deepest nesting accepted in a safetensors header or a config (real configs nest 3 or 4 levels)."""
+MAX_INT_DIGITS = 1000
+"""Most digits of one JSON integer literal, checked before conversion (10**309 is already past the float range,
+which `check_json_numbers` reports with its pointer; Python refuses 4,300 digits with a plain ValueError)."""
+FLOAT_MAX = sys.float_info.max
+_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[{]+|[\]}]+')
+"""A string (skipped), a run of openers or a run of closers; the unrolled string pattern and the runs keep the
+scan at about 30 us for a 1.5 kB header with an embedded config and 0.3 ms for 100,000 nested brackets."""
+
+
+def json_depth(text: str) -> int:
+    """Deepest ``[``/``{`` nesting of ``text``, brackets inside strings ignored; linear, no recursion."""
+    depth = deepest = 0
+    for token in _TOKENS.findall(text):
+        if token[0] in "[{":
+            depth += len(token)
+            deepest = max(deepest, depth)
+        elif token[0] in "]}":
+            depth -= len(token)
+    return deepest
+
+
+def loads_bounded(
+    text: str,
+    *,
+    error: type[ServiceError],
+    field: str,
+    object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None,
+) -> Any:
+    """``json.loads(text)`` with ``MAX_JSON_DEPTH`` and ``MAX_INT_DIGITS`` enforced before the value is built.
+
+    Raises ``error`` (naming ``field``) for either limit and for invalid JSON.
+    """
+    depth = json_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise error(f"JSON nested {depth} deep; at most {MAX_JSON_DEPTH} levels are accepted", field=field)
+    try:
+        return json.loads(text, parse_int=_bounded_int(error, field), object_pairs_hook=object_pairs_hook)
+    except json.JSONDecodeError as decode_error:
+        where = f"line {decode_error.lineno}, column {decode_error.colno}"
+        raise error(f"invalid JSON: {decode_error.msg} ({where})", field=field) from None
+
+
+def _bounded_int(error: type[ServiceError], field: str) -> Callable[[str], int]:
+    def parse(literal: str) -> int:
+        digits = len(literal.lstrip("-"))
+        if digits > MAX_INT_DIGITS:
+            raise error(f"an integer of {digits} digits; at most {MAX_INT_DIGITS} are accepted", field=field)
+        return int(literal)
+
+    return parse
+
+
+def check_json_numbers(value: Any, pointer: str = "") -> None:
+    """Refuse (InvalidInput naming the JSON pointer) nesting past ``MAX_JSON_DEPTH`` and any integer outside
+    the float range, anywhere in the parsed document ``value``. Iterative: safe on any depth."""
+    stack: list[tuple[Any, str, int]] = [(value, pointer, 0)]
+    while stack:
+        node, where, depth = stack.pop()
+        if isinstance(node, Mapping | list | tuple):
+            if depth >= MAX_JSON_DEPTH:
+                raise InvalidInput(f"nested deeper than {MAX_JSON_DEPTH} levels", field=where or "/")
+            items = node.items() if isinstance(node, Mapping) else enumerate(node)
+            stack.extend((child, f"{where}/{_escape(key)}", depth + 1) for key, child in items)
+        elif isinstance(node, int) and not isinstance(node, bool) and abs(node) > FLOAT_MAX:
+            raise InvalidInput(
+                f"an integer of about {node.bit_length() * math.log10(2):.0f} digits is outside the float range "
+                f"(numbers up to {FLOAT_MAX:.6g} are accepted)",
+                field=where or "/",
+            )
+
+
+def first_non_finite(value: Any, pointer: str = "") -> str | None:
+    """The JSON pointer of the first NaN or infinity in ``value`` (dicts and lists walked), else None."""
+    stack: list[tuple[Any, str]] = [(value, pointer)]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            return where or "/"
+        if isinstance(node, Mapping | list | tuple):
+            items = node.items() if isinstance(node, Mapping) else enumerate(node)
+            stack.extend((child, f"{where}/{_escape(key)}") for key, child in reversed(list(items)))
+    return None
+
+
+def _escape(key: Any) -> str:
+    """A JSON pointer reference token (RFC 6901): ``~`` -> ``~0``, ``/`` -> ``~1``."""
+    return str(key).replace("~", "~0").replace("/", "~1")
