@@ -62,6 +62,8 @@ def _oversized_positions_body(megabytes: int = 16) -> str:
 ROPE = '"rope_type": "default", "head_dim": 64'
 YARN_BETA_FAST_1E308 = {
     "model_type": "qwen2",
+    "hidden_size": 3584,
+    "num_attention_heads": 28,
     "rope_theta": 1e6,
     "max_position_embeddings": 32768,
     "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 1e308, "original_max_position_embeddings": 32768},
@@ -79,7 +81,7 @@ HOSTILE: list[HostileRequest] = [
         '{"family": "qwen2_5_vl", "tokens_per_second": 1e308, '
         '"rows": [[{"text": 3}, {"video": [2, 4, 4], "second_per_grid_t": 1.0}]]}',
     ),
-    _json("vision_config list", "/v1/vision/rope", '{"config": {"vision_config": [1, 2]}, "grids": [[1, 4, 4]]}'),
+    _json("vision_config list", "/v1/vision/rope", '{"config": {"vision_config": [1, 2]}, "grid_thw": [[1, 4, 4]]}'),
     _json("YaRN beta_fast 1e308", "/v1/rope/cos-sin", json.dumps({"config": YARN_BETA_FAST_1E308, "positions": [1]})),
     _json("JSON nested 100k", "/v1/positions", "[" * 100_000 + "]" * 100_000),
     _json("JSON without content type", "/v1/positions", '{"cache_lengths": [3]}', headers={}),
