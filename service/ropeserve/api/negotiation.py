@@ -28,6 +28,10 @@ from ropeserve.settings import Settings
 SAFETENSORS_MEDIA_TYPES = ("application/x-safetensors", "application/octet-stream")
 SEND_CHUNK_BYTES = 1 << 20
 """Largest slice handed to the server per send, so a big tensor is never copied whole into its write buffer."""
+TRANSPORT_HIGH_WATER_BYTES = 1 << 16
+"""The transport's write-buffer high-water mark: asyncio's and uvloop's default, pinned by ``ropeserve serve``."""
+TAIL_COPY_BYTES = 4 * TRANSPORT_HIGH_WATER_BYTES
+"""The last bytes of a safetensors answer are sent as a copy of this size (see ``SafetensorsResponse``)."""
 
 TENSOR_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
@@ -42,7 +46,15 @@ TENSOR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 class SafetensorsResponse(Response):
-    """Sends an ``EncodedSafetensors`` chunk by chunk: header, then views of the tensors' bytes."""
+    """Sends an ``EncodedSafetensors`` chunk by chunk: header, then views of the tensors' bytes.
+
+    The views may lie on a pooled request buffer, which ``on_sent`` hands back for the next request. uvicorn's
+    ``send`` returns once the bytes are queued, not written: the transport keeps a reference (no copy) to the
+    part the socket has not taken yet, up to its high-water mark ``TRANSPORT_HIGH_WATER_BYTES`` (beyond it, the
+    next ``send`` waits). So the last ``TAIL_COPY_BYTES`` (> the high-water mark) go out as one ``bytes`` copy:
+    when the final ``send`` returns, at most a high-water mark of bytes is pending, the transport writes in
+    order, so everything pending lies inside that copy and no byte of the pooled buffer is referenced any more.
+    """
 
     media_type = SAFETENSORS_MEDIA_TYPES[0]
 
@@ -58,13 +70,28 @@ class SafetensorsResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        for chunk in self.encoded.chunks:
+        pieces, tail = split_tail(self.encoded.chunks, TAIL_COPY_BYTES)
+        for chunk in pieces:
             for start in range(0, len(chunk), SEND_CHUNK_BYTES):
                 piece = chunk[start : start + SEND_CHUNK_BYTES]
                 await send({"type": "http.response.body", "body": piece, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
         if self.on_sent is not None:
             self.on_sent()
+
+
+def split_tail(chunks: Iterable[bytes | memoryview], tail_bytes: int) -> tuple[list[memoryview], bytes]:
+    """``chunks`` as views of all but their last ``tail_bytes`` bytes, and those last bytes as one copy."""
+    views = [memoryview(chunk).cast("B") for chunk in chunks]
+    keep = max(0, sum(len(view) for view in views) - tail_bytes)
+    head: list[memoryview] = []
+    tail: list[memoryview] = []
+    for view in views:
+        cut = min(len(view), keep)
+        head += [view[:cut]] if cut else []
+        tail += [view[cut:]] if cut < len(view) else []
+        keep -= cut
+    return head, b"".join(tail)
 
 
 async def read_safetensors_request(
