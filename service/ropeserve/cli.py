@@ -15,11 +15,11 @@ from ropeserve.cli_lint import EXIT_FINDINGS, add_lint_commands
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
     from pydantic import ValidationError
 
     from ropeserve.api import create_app
     from ropeserve.api.app import DrainingServer
+    from ropeserve.api.transport import server_config
     from ropeserve.settings import Settings
 
     overrides = {
@@ -34,16 +34,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"ropeserve serve: invalid settings: {problems}", file=sys.stderr)
         return 2
     app = create_app(settings)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        workers=1,
-        log_level=settings.log_level,
-        access_log=False,
-        timeout_graceful_shutdown=int(settings.drain_timeout_s),
-    )
-    server = DrainingServer(config, app.state.runtime, settings.drain_delay_s)
+    server = DrainingServer(server_config(app, settings), app.state.runtime, settings.drain_delay_s)
     with contextlib.suppress(KeyboardInterrupt):  # SIGINT: uvicorn re-raises it after a graceful shutdown
         server.run()
     return 0 if server.started else 3

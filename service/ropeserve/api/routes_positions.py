@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import Field, model_validator
 
-from ropeserve.api.negotiation import TENSOR_RESPONSES, tensor_response
+from ropeserve.api.negotiation import TENSOR_RESPONSES, JSONInThreadRoute, tensor_response
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.runtime import RuntimeDep
 from ropeserve.api.schemas import DTYPES, DtypeName, PairingName, RopeSource, StrictModel, require_exactly_one
@@ -39,7 +39,7 @@ def check_decode_size(cache_lengths: list[int], num_new: int, limit: int) -> Non
     check_limit(max(len(cache_lengths), 1) * num_new, limit, "positions", "num_new")
 
 
-router = APIRouter(tags=["positions"])
+router = APIRouter(tags=["positions"], route_class=JSONInThreadRoute)
 ERRORS = problem_responses(406, 413, 422)
 IntMatrix = list[list[int]]
 Compat = Literal["transformers5", "transformers4"]
