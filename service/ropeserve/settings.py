@@ -29,7 +29,7 @@ class Settings(BaseSettings):
         256 * 2**20, ge=1024, description="Largest safetensors request body accepted (413 above)."
     )
     max_json_body_bytes: int = Field(
-        4 * 2**20, ge=1024, description="Largest body of any other content type (JSON) accepted (413 above)."
+        2 * 2**20, ge=1024, description="Largest body of any other content type (JSON) accepted (413 above)."
     )
     max_inflight_body_bytes: int = Field(
         512 * 2**20,
