@@ -11,6 +11,11 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+JSON_MEMORY_FACTOR = 8
+"""Budget bytes charged per received byte of a non-safetensors (JSON) body: parsed, a JSON number becomes a
+Python object plus list slots (``1.0,``: 4 bytes on the wire, 32 in memory) and validation copies the lists.
+A safetensors body is decoded in place (factor 1)."""
+
 
 class Settings(BaseSettings):
     """Runtime configuration. Environment variable = ``ROPESERVE_`` + upper-case field name."""
@@ -34,7 +39,8 @@ class Settings(BaseSettings):
     max_inflight_body_bytes: int = Field(
         512 * 2**20,
         ge=1024,
-        description="Bytes of all request bodies being received or served at once (503 + Retry-After above).",
+        description="Bytes of all request bodies being received or served at once, JSON bodies counted 8 times "
+        "(their parsed size); 503 + Retry-After above.",
     )
     max_positions: int = Field(1_048_576, ge=1, description="Most positions one request may ask for.")
     max_table_elements: int = Field(
@@ -83,7 +89,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _bodies_fit_the_budget(self) -> Settings:
-        largest = max(self.max_body_bytes, self.max_json_body_bytes)
+        largest = max(self.max_body_bytes, JSON_MEMORY_FACTOR * self.max_json_body_bytes)
         if largest > self.max_inflight_body_bytes:
             raise ValueError(
                 f"max_inflight_body_bytes ({self.max_inflight_body_bytes}) must hold the largest accepted body "

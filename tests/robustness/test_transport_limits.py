@@ -19,6 +19,7 @@ from safetensors.torch import load
 from served import Served, serving
 
 from ropeserve.api import negotiation
+from ropeserve.settings import JSON_MEMORY_FACTOR
 from ropeserve_client.testing import LocalServer
 from support import (
     ROPE,
@@ -156,7 +157,8 @@ def test_uploads_past_the_in_flight_budget_get_503_and_the_others_finish() -> No
     q = torch.randn(1, 8, 7000, ROPE["head_dim"])
     body = rope_body(q=q)  # 3.6 MB
     part = 3 * MIB
-    with serving(max_body_bytes=4 * MIB, max_inflight_body_bytes=8 * MIB, retry_after_s=2) as served:
+    limits = {"max_body_bytes": 4 * MIB, "max_json_body_bytes": MIB, "max_inflight_body_bytes": 8 * MIB}
+    with serving(**limits, retry_after_s=2) as served:
         budget = served.runtime.body_budget
         head = request_head(ROPE_APPLY, {**SAFETENSORS, "content-length": str(len(body))})
         first, second, third = (connect(served) for _ in range(3))
@@ -246,3 +248,24 @@ def test_probes_answer_while_a_big_json_body_is_being_parsed(monkeypatch: pytest
             release.set()
             poster.join(60)
     assert outcome == [200]
+
+
+def test_json_bodies_are_charged_at_their_parsed_size() -> None:
+    """A JSON body takes JSON_MEMORY_FACTOR times its bytes from the budget: with room for 2 such uploads held
+    open, the third is refused while a safetensors body of the same size still fits."""
+    part = 200 * 1024
+    limits = {"max_body_bytes": MIB, "max_json_body_bytes": 256 * 1024, "max_inflight_body_bytes": 4 * MIB}
+    with serving(**limits) as served:
+        budget = served.runtime.body_budget
+        head = request_head(COS_SIN, {**JSON, "content-length": str(256 * 1024)})
+        held = [connect(served) for _ in range(2)]
+        for count, sock in enumerate(held, start=1):
+            sock.sendall(head + b" " * part)
+            wait_for(lambda count=count: budget.used == count * part * JSON_MEMORY_FACTOR, 10, "uploads held")
+        with connect(served) as third:
+            third.sendall(head + b" " * part)
+            problem_of(*read_response(third), 503, "busy")
+        small_tensors = rope_body(q=torch.randn(1, 2, 1024, 16))
+        assert httpx.post(served.url + ROPE_APPLY, content=small_tensors, headers=SAFETENSORS).status_code == 200
+        for sock in held:
+            sock.close()

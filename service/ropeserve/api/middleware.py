@@ -3,7 +3,8 @@
 Body limits: safetensors bodies are capped at ``max_body_bytes``, bodies of any other content type (JSON) at
 ``max_json_body_bytes``; a declared ``Content-Length`` over the cap is answered 413 before anything is read, and
 streamed bodies are capped while they arrive. Every body received is charged to the app's ``BodyBudget`` as
-its bytes arrive (503 + Retry-After past ``max_inflight_body_bytes``), and a body that pauses longer than
+its bytes arrive, JSON bodies at ``JSON_MEMORY_FACTOR`` times their size (503 + Retry-After past
+``max_inflight_body_bytes``), and a body that pauses longer than
 ``body_idle_timeout_s`` is answered 408. In each case the endpoint's read sees a disconnect, its output is
 discarded and the middleware answers with ``Connection: close`` itself. While the server drains, every answer
 carries ``Connection: close`` so that no keep-alive connection is left idle when the listener closes.
@@ -29,7 +30,7 @@ from ropeserve.api.problems import PROBE_PATHS, problem_response
 from ropeserve.errors import Busy, PayloadTooLarge, RequestTimeout, ServiceError, Unauthorized
 from ropeserve.metrics import Metrics
 from ropeserve.serving import BodyBudget, BodyClaim
-from ropeserve.settings import Settings
+from ropeserve.settings import JSON_MEMORY_FACTOR, Settings
 
 access_logger = logging.getLogger("ropeserve.access")
 Draining = Callable[[], bool]
@@ -55,10 +56,12 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-def body_limit(scope: Scope, settings: Settings) -> int:
-    """The body cap of this request: ``max_body_bytes`` for safetensors, ``max_json_body_bytes`` otherwise."""
-    safetensors = media_type_of(_header(scope, b"content-type")) in SAFETENSORS_MEDIA_TYPES
-    return settings.max_body_bytes if safetensors else settings.max_json_body_bytes
+def body_terms(scope: Scope, settings: Settings) -> tuple[int, int]:
+    """This request's body cap and budget factor: ``max_body_bytes`` and 1 for safetensors,
+    ``max_json_body_bytes`` and ``JSON_MEMORY_FACTOR`` for any other content type."""
+    if media_type_of(_header(scope, b"content-type")) in SAFETENSORS_MEDIA_TYPES:
+        return settings.max_body_bytes, 1
+    return settings.max_json_body_bytes, JSON_MEMORY_FACTOR
 
 
 def too_large(size: str | int, limit: int) -> PayloadTooLarge:
@@ -76,9 +79,16 @@ class _Exchange:
     middleware answers ``overflow`` itself."""
 
     def __init__(
-        self, send: Send, request_id: str, limit: int, claim: BodyClaim, idle_timeout_s: float, draining: Draining
+        self,
+        send: Send,
+        request_id: str,
+        terms: tuple[int, int],
+        claim: BodyClaim,
+        idle_timeout_s: float,
+        draining: Draining,
     ) -> None:
-        self.raw_send, self.request_id, self.body_limit, self.claim = send, request_id, limit, claim
+        self.raw_send, self.request_id, self.claim = send, request_id, claim
+        self.body_limit, self.memory_factor = terms
         self.idle_timeout_s, self.draining = idle_timeout_s, draining
         self.started = time.perf_counter()
         self.status = 500
@@ -107,7 +117,7 @@ class _Exchange:
                 if self.body_seen > self.body_limit:
                     return self.refuse(too_large(f"{self.body_seen}+", self.body_limit))
                 try:
-                    self.claim.grow_to(self.body_seen)
+                    self.claim.grow_to(self.body_seen * self.memory_factor)
                 except Busy as busy:
                     return self.refuse(busy)
             return message
@@ -157,8 +167,8 @@ class ServiceMiddleware:
         scope.setdefault("state", {})["request_id"] = request_id
         claim = self.budget.claim()
         scope["state"]["body_claim"] = claim
-        limit, idle_timeout_s = body_limit(scope, self.settings), self.settings.body_idle_timeout_s
-        exchange = _Exchange(send, request_id, limit, claim, idle_timeout_s, self.draining)
+        terms, idle_timeout_s = body_terms(scope, self.settings), self.settings.body_idle_timeout_s
+        exchange = _Exchange(send, request_id, terms, claim, idle_timeout_s, self.draining)
         self.metrics.in_flight.inc()
         try:
             refusal = self._refusal(scope)
@@ -193,7 +203,7 @@ class ServiceMiddleware:
             given = _header(scope, b"authorization") or ""
             if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
                 return Unauthorized("send 'Authorization: Bearer <token>'", headers={"WWW-Authenticate": "Bearer"})
-        declared, limit = _header(scope, b"content-length"), body_limit(scope, self.settings)
+        declared, (limit, _) = _header(scope, b"content-length"), body_terms(scope, self.settings)
         if declared is not None and declared.isdigit() and int(declared) > limit:
             return too_large(declared, limit)
         return None
