@@ -102,7 +102,8 @@ class _Exchange:
             if self.body_done:
                 return await receive()
             try:
-                message = await asyncio.wait_for(receive(), self.idle_timeout_s)
+                async with asyncio.timeout(self.idle_timeout_s):  # a timer per piece, no task
+                    message = await receive()
             except TimeoutError:
                 return self.refuse(
                     RequestTimeout(
