@@ -14,6 +14,11 @@ from collections.abc import Sequence
 from ropeserve.cli_lint import EXIT_FINDINGS, add_lint_commands
 
 
+def _setting_name(loc: tuple[int | str, ...]) -> str:
+    """The environment variable of a settings error location (a check across settings has none)."""
+    return "ROPESERVE_" + "_".join(map(str, loc)).upper() if loc else "settings"
+
+
 def _serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
@@ -30,7 +35,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         settings = Settings(**overrides)
     except ValidationError as error:
-        problems = "; ".join(f"ROPESERVE_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in error.errors())
+        problems = "; ".join(f"{_setting_name(e['loc'])}: {e['msg']}" for e in error.errors())
         print(f"ropeserve serve: invalid settings: {problems}", file=sys.stderr)
         return 2
     app = create_app(settings)
