@@ -15,13 +15,17 @@ from ropeserve import __version__
 from ropeserve.cli_lint import EXIT_FINDINGS, add_lint_commands
 
 
+def _setting_name(loc: tuple[int | str, ...]) -> str:
+    """The environment variable of a settings error location (a check across settings has none)."""
+    return "ROPESERVE_" + "_".join(map(str, loc)).upper() if loc else "settings"
+
+
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
     from pydantic import ValidationError
 
     from ropeserve.api import create_app
     from ropeserve.api.app import DrainingServer
-    from ropeserve.logs import logging_config
+    from ropeserve.api.transport import server_config
     from ropeserve.settings import Settings
 
     overrides = {
@@ -32,21 +36,11 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         settings = Settings(**overrides)
     except ValidationError as error:
-        problems = "; ".join(f"ROPESERVE_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in error.errors())
+        problems = "; ".join(f"{_setting_name(e['loc'])}: {e['msg']}" for e in error.errors())
         print(f"ropeserve serve: invalid settings: {problems}", file=sys.stderr)
         return 2
     app = create_app(settings)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        workers=1,
-        log_level=settings.log_level,
-        log_config=logging_config(settings.log_level),
-        access_log=False,
-        timeout_graceful_shutdown=int(settings.drain_timeout_s),
-    )
-    server = DrainingServer(config, app.state.runtime, settings.drain_delay_s)
+    server = DrainingServer(server_config(app, settings), app.state.runtime, settings.drain_delay_s)
     with contextlib.suppress(KeyboardInterrupt):  # SIGINT: uvicorn re-raises it after a graceful shutdown
         server.run()
     return 0 if server.started else 3

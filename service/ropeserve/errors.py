@@ -5,11 +5,13 @@ ServiceError                      500  internal
 │   └── LimitExceeded             422  limit-exceeded     (positions, table or tensor elements)
 ├── MalformedPayload              400  malformed-payload  (unparsable JSON / safetensors bytes)
 ├── Unauthorized                  401  unauthorized
+├── RequestTimeout                408  request-timeout    (head or body too slow; the connection closes)
 ├── NotAcceptable                 406  not-acceptable     (Accept names no media type we produce)
 ├── PayloadTooLarge               413  payload-too-large  (body size, refused before it is read)
 ├── UnsupportedMediaType          415  unsupported-media-type
 ├── Overloaded                    429  overloaded         (queue full; Retry-After)
-└── NotReady                      503  not-ready          (warming up or draining; Retry-After)
+├── NotReady                      503  not-ready          (warming up or draining; Retry-After)
+└── Busy                          503  busy               (request bodies or connections at their cap; Retry-After)
 """
 
 from __future__ import annotations
@@ -99,6 +101,12 @@ class Unauthorized(ServiceError):
     title = "Missing or invalid bearer token"
 
 
+class RequestTimeout(ServiceError):
+    status = 408
+    slug = "request-timeout"
+    title = "Request timeout"
+
+
 class NotAcceptable(ServiceError):
     status = 406
     slug = "not-acceptable"
@@ -127,6 +135,12 @@ class NotReady(ServiceError):
     status = 503
     slug = "not-ready"
     title = "Service not ready"
+
+
+class Busy(ServiceError):
+    status = 503
+    slug = "busy"
+    title = "Server busy"
 
 
 def check_limit(count: int, limit: int, what: str, field: str | None = None) -> None:

@@ -8,8 +8,13 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+JSON_MEMORY_FACTOR = 8
+"""Budget bytes charged per received byte of a non-safetensors (JSON) body: parsed, a JSON number becomes a
+Python object plus list slots (``1.0,``: 4 bytes on the wire, 32 in memory) and validation copies the lists.
+A safetensors body is decoded in place (factor 1)."""
 
 
 class Settings(BaseSettings):
@@ -29,7 +34,18 @@ class Settings(BaseSettings):
         None, description="OTLP/HTTP traces endpoint (e.g. http://collector:4318/v1/traces); unset = tracing off."
     )
 
-    max_body_bytes: int = Field(256 * 2**20, ge=1024, description="Largest request body accepted (413 above).")
+    max_body_bytes: int = Field(
+        256 * 2**20, ge=1024, description="Largest safetensors request body accepted (413 above)."
+    )
+    max_json_body_bytes: int = Field(
+        2 * 2**20, ge=1024, description="Largest body of any other content type (JSON) accepted (413 above)."
+    )
+    max_inflight_body_bytes: int = Field(
+        512 * 2**20,
+        ge=1024,
+        description="Bytes of all request bodies being received or served at once, JSON bodies counted 8 times "
+        "(their parsed size); 503 + Retry-After above.",
+    )
     max_positions: int = Field(1_048_576, ge=1, description="Most positions one request may ask for.")
     max_table_elements: int = Field(
         64 * 2**20, ge=1, description="Most elements of one computed table (cos+sin, bias matrix, ...)."
@@ -66,6 +82,28 @@ class Settings(BaseSettings):
         0.0, ge=0, description="At SIGTERM: seconds to keep serving with readiness 503 before closing the listener."
     )
     drain_timeout_s: float = Field(30.0, ge=0, description="Grace period for in-flight requests at SIGTERM.")
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="Time a client has to send a complete request head (then 408 or close)."
+    )
+    body_idle_timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="Longest pause between two pieces of a request body (408 above)."
+    )
+    keep_alive_timeout_s: float = Field(
+        5.0, gt=0, le=3600, description="Idle keep-alive connections are closed after this many seconds."
+    )
+    max_connections: int = Field(
+        1000, ge=1, description="Open connections at once; further ones are answered 503 and closed."
+    )
+
+    @model_validator(mode="after")
+    def _bodies_fit_the_budget(self) -> Settings:
+        largest = max(self.max_body_bytes, JSON_MEMORY_FACTOR * self.max_json_body_bytes)
+        if largest > self.max_inflight_body_bytes:
+            raise ValueError(
+                f"max_inflight_body_bytes ({self.max_inflight_body_bytes}) must hold the largest accepted body "
+                f"({largest}): no such request could ever be served"
+            )
+        return self
 
 
 @lru_cache(maxsize=1)

@@ -15,7 +15,8 @@ PROBLEM_KEYS = {"type", "title", "status", "detail"}
 
 @pytest.fixture()
 def client() -> TestClient:
-    with TestClient(create_app(Settings(access_log=False, max_body_bytes=4096))) as test_client:
+    settings = Settings(access_log=False, max_body_bytes=4096, max_json_body_bytes=4096)
+    with TestClient(create_app(settings)) as test_client:
         yield test_client
 
 

@@ -14,6 +14,8 @@ import pytest
     [
         ({"ROPESERVE_PORT": "abc"}, "ROPESERVE_PORT"),
         ({"ROPESERVE_BATCH_QUEUE_SIZE": "0"}, "ROPESERVE_BATCH_QUEUE_SIZE"),
+        ({"ROPESERVE_HEADER_TIMEOUT_S": "0"}, "ROPESERVE_HEADER_TIMEOUT_S"),
+        ({"ROPESERVE_MAX_INFLIGHT_BODY_BYTES": "1048576"}, "max_inflight_body_bytes (1048576) must hold"),
     ],
 )
 def test_invalid_settings_exit_two_with_one_line(env: dict[str, str], named: str) -> None:

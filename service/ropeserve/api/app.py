@@ -94,7 +94,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     declare_common_problems(app)
     install_problem_handlers(app)
     configure_access_log(settings.access_log)
-    app.add_middleware(ServiceMiddleware, settings=settings, metrics=runtime.metrics)
+    app.add_middleware(
+        ServiceMiddleware,
+        settings=settings,
+        metrics=runtime.metrics,
+        budget=runtime.body_budget,
+        draining=lambda: runtime.draining,
+    )
     install_tracing(app, settings)
     if settings.cors_origins:
         app.add_middleware(

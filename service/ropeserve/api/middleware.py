@@ -1,27 +1,38 @@
-"""One pure-ASGI middleware for cross-cutting concerns: request id, body limit, auth, metrics, access log.
+"""One pure-ASGI middleware for cross-cutting concerns: request id, body limits, auth, metrics, access log.
 
-The body limit answers 413 from ``Content-Length`` before anything is read, and caps streamed bodies
-while they arrive (the endpoint's read fails with PayloadTooLarge as soon as the cap is crossed).
+Body limits: safetensors bodies are capped at ``max_body_bytes``, bodies of any other content type (JSON) at
+``max_json_body_bytes``; a declared ``Content-Length`` over the cap is answered 413 before anything is read, and
+streamed bodies are capped while they arrive. Every body received is charged to the app's ``BodyBudget`` as
+its bytes arrive, JSON bodies at ``JSON_MEMORY_FACTOR`` times their size (503 + Retry-After past
+``max_inflight_body_bytes``), and a body that pauses longer than
+``body_idle_timeout_s`` is answered 408. In each case the endpoint's read sees a disconnect, its output is
+discarded and the middleware answers with ``Connection: close`` itself. While the server drains, every answer
+carries ``Connection: close`` so that no keep-alive connection is left idle when the listener closes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ropeserve.api.negotiation import SAFETENSORS_MEDIA_TYPES, media_type_of
 from ropeserve.api.problems import PROBE_PATHS, problem_response
-from ropeserve.errors import PayloadTooLarge, ServiceError, Unauthorized, UnsupportedMediaType
+from ropeserve.errors import Busy, PayloadTooLarge, RequestTimeout, ServiceError, Unauthorized, UnsupportedMediaType
 from ropeserve.logs import ACCESS_LOGGER, FIELDS_ATTRIBUTE, json_handler
 from ropeserve.metrics import Metrics
-from ropeserve.settings import Settings
+from ropeserve.serving import BodyBudget, BodyClaim
+from ropeserve.settings import JSON_MEMORY_FACTOR, Settings
 
 access_logger = logging.getLogger(ACCESS_LOGGER)
+Draining = Callable[[], bool]
 CLIENT_CLOSED_REQUEST = 499
 """Recorded (never sent) when the client went away mid-upload: nginx's code, as the rotation routes use."""
 METRIC_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
@@ -63,36 +74,78 @@ def _unsupported_encoding(scope: Scope) -> UnsupportedMediaType | None:
     )
 
 
+def body_terms(scope: Scope, settings: Settings) -> tuple[int, int]:
+    """This request's body cap and budget factor: ``max_body_bytes`` and 1 for safetensors,
+    ``max_json_body_bytes`` and ``JSON_MEMORY_FACTOR`` for any other content type."""
+    if media_type_of(_header(scope, b"content-type")) in SAFETENSORS_MEDIA_TYPES:
+        return settings.max_body_bytes, 1
+    return settings.max_json_body_bytes, JSON_MEMORY_FACTOR
+
+
+def too_large(size: str | int, limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"body of {size} bytes exceeds the limit of {limit} for this content type",
+        field="body",
+        headers={"Connection": "close"},
+        limit=limit,
+    )
+
+
 class _Exchange:
-    """One request's response side: adds headers, records the status, and enforces the streamed body cap.
+    """One request's response side: adds headers, records the status, and guards the body as it arrives (cap,
+    budget, idle timeout). When a guard trips the app sees a disconnect, its output is discarded, and the
+    middleware answers ``overflow`` itself."""
 
-    When the body crosses the cap the app sees a disconnect, its output is discarded, and the middleware
-    answers 413 itself.
-    """
-
-    def __init__(self, send: Send, request_id: str, body_limit: int) -> None:
-        self.raw_send, self.request_id, self.body_limit = send, request_id, body_limit
+    def __init__(
+        self,
+        send: Send,
+        request_id: str,
+        terms: tuple[int, int],
+        claim: BodyClaim,
+        idle_timeout_s: float,
+        draining: Draining,
+    ) -> None:
+        self.raw_send, self.request_id, self.claim = send, request_id, claim
+        self.body_limit, self.memory_factor = terms
+        self.idle_timeout_s, self.draining = idle_timeout_s, draining
         self.started = time.perf_counter()
         self.status = 500
         self.body_seen = 0
-        self.overflow: PayloadTooLarge | None = None
+        self.body_done = False
+        self.responded = False
+        self.overflow: ServiceError | None = None
 
-    def capped(self, receive: Receive) -> Receive:
-        async def capped_receive() -> Message:
-            message = await receive()
-            if message["type"] == "http.request":
-                self.body_seen += len(message.get("body", b""))
-                if self.body_seen > self.body_limit:
-                    self.overflow = PayloadTooLarge(
-                        f"body exceeds the limit of {self.body_limit} bytes",
+    def guarded(self, receive: Receive) -> Receive:
+        async def guarded_receive() -> Message:
+            if self.body_done:
+                return await receive()
+            try:
+                async with asyncio.timeout(self.idle_timeout_s):  # a timer per piece, no task
+                    message = await receive()
+            except TimeoutError:
+                return self.refuse(
+                    RequestTimeout(
+                        f"no body bytes for {self.idle_timeout_s:g} s (ROPESERVE_BODY_IDLE_TIMEOUT_S)",
                         field="body",
                         headers={"Connection": "close"},
-                        limit=self.body_limit,
                     )
-                    return {"type": "http.disconnect"}
+                )
+            if message["type"] == "http.request":
+                self.body_done = not message.get("more_body", False)
+                self.body_seen += len(message.get("body", b""))
+                if self.body_seen > self.body_limit:
+                    return self.refuse(too_large(f"{self.body_seen}+", self.body_limit))
+                try:
+                    self.claim.grow_to(self.body_seen * self.memory_factor)
+                except Busy as busy:
+                    return self.refuse(busy)
             return message
 
-        return capped_receive
+        return guarded_receive
+
+    def refuse(self, error: ServiceError) -> Message:
+        self.overflow = error
+        return {"type": "http.disconnect"}
 
     async def send_app(self, message: Message) -> None:
         if self.overflow is None:
@@ -104,13 +157,26 @@ class _Exchange:
             headers = list(message.get("headers", []))
             headers.append((b"x-request-id", self.request_id.encode("latin-1")))
             headers.append((b"x-total-time", f"{time.perf_counter() - self.started:.6f}".encode()))
+            if self.draining() and not any(name.lower() == b"connection" for name, _ in headers):
+                headers.append((b"connection", b"close"))
             message = {**message, "headers": headers}
+            self.responded = True
         await self.raw_send(message)
 
 
 class ServiceMiddleware:
-    def __init__(self, app: ASGIApp, settings: Settings, metrics: Metrics) -> None:
+    """``budget`` bounds the bytes of all bodies in flight; ``draining()`` says the server is about to close."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        settings: Settings,
+        metrics: Metrics,
+        budget: BodyBudget,
+        draining: Draining = lambda: False,
+    ) -> None:
         self.app, self.settings, self.metrics = app, settings, metrics
+        self.budget, self.draining = budget, draining
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -118,24 +184,28 @@ class ServiceMiddleware:
             return
         request_id = _header(scope, b"x-request-id") or uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
-        exchange = _Exchange(send, request_id, self.settings.max_body_bytes)
+        claim = self.budget.claim()
+        scope["state"]["body_claim"] = claim
+        terms, idle_timeout_s = body_terms(scope, self.settings), self.settings.body_idle_timeout_s
+        exchange = _Exchange(send, request_id, terms, claim, idle_timeout_s, self.draining)
         self.metrics.in_flight.inc()
         try:
             refusal = self._refusal(scope)
             if refusal is None:
                 await self._run_app(scope, receive, exchange)
-                refusal = exchange.overflow
+                refusal = None if exchange.responded else exchange.overflow
             if refusal is not None:
                 scope["state"]["error_type"] = refusal.slug
                 response = problem_response(refusal.to_problem(instance=scope["path"]), refusal.headers)
                 await response(scope, receive, exchange.send_own)
         finally:
+            claim.release()
             self.metrics.in_flight.dec()
             self._record(scope, exchange.status, time.perf_counter() - exchange.started, request_id)
 
     async def _run_app(self, scope: Scope, receive: Receive, exchange: _Exchange) -> None:
         try:
-            await self.app(scope, exchange.capped(receive), exchange.send_app)
+            await self.app(scope, exchange.guarded(receive), exchange.send_app)
         except ClientDisconnect:
             if exchange.overflow is None:  # the client left mid-upload: nobody to answer, not a server error
                 exchange.status = CLIENT_CLOSED_REQUEST
@@ -152,14 +222,9 @@ class ServiceMiddleware:
             return Unauthorized("send 'Authorization: Bearer <token>'", headers={"WWW-Authenticate": "Bearer"})
         if (unsupported := _unsupported_encoding(scope)) is not None:
             return unsupported
-        declared = _header(scope, b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.settings.max_body_bytes:
-            return PayloadTooLarge(
-                f"body of {declared} bytes exceeds the limit of {self.settings.max_body_bytes}",
-                field="body",
-                headers={"Connection": "close"},
-                limit=self.settings.max_body_bytes,
-            )
+        declared, (limit, _) = _header(scope, b"content-length"), body_terms(scope, self.settings)
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            return too_large(declared, limit)
         return None
 
     def _record(self, scope: Scope, status: int, seconds: float, request_id: str) -> None:

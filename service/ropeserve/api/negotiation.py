@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
+from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
 from ropeserve.config.jsonsafe import first_non_finite
@@ -29,6 +31,15 @@ from ropeserve.settings import Settings
 SAFETENSORS_MEDIA_TYPES = ("application/x-safetensors", "application/octet-stream")
 SEND_CHUNK_BYTES = 1 << 20
 """Largest slice handed to the server per send, so a big tensor is never copied whole into its write buffer."""
+TRANSPORT_HIGH_WATER_BYTES = 1 << 16
+"""The transport's write-buffer high-water mark: asyncio's and uvloop's default, pinned by ``ropeserve serve``."""
+TAIL_COPY_BYTES = 4 * TRANSPORT_HIGH_WATER_BYTES
+"""The last bytes of a safetensors answer are sent as a copy of this size (see ``SafetensorsResponse``)."""
+
+JSON_THREAD_MIN_BYTES = 1 << 16
+"""JSON bodies of this size and more are parsed in a worker thread (``JSONInThreadRoute``)."""
+decode_json = json.loads
+"""The JSON parser of request bodies (a module attribute, so tests can slow it down)."""
 
 TENSOR_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
@@ -43,7 +54,15 @@ TENSOR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 class SafetensorsResponse(Response):
-    """Sends an ``EncodedSafetensors`` chunk by chunk: header, then views of the tensors' bytes."""
+    """Sends an ``EncodedSafetensors`` chunk by chunk: header, then views of the tensors' bytes.
+
+    The views may lie on a pooled request buffer, which ``on_sent`` hands back for the next request. uvicorn's
+    ``send`` returns once the bytes are queued, not written: the transport keeps a reference (no copy) to the
+    part the socket has not taken yet, up to its high-water mark ``TRANSPORT_HIGH_WATER_BYTES`` (beyond it, the
+    next ``send`` waits). So the last ``TAIL_COPY_BYTES`` (> the high-water mark) go out as one ``bytes`` copy:
+    when the final ``send`` returns, at most a high-water mark of bytes is pending, the transport writes in
+    order, so everything pending lies inside that copy and no byte of the pooled buffer is referenced any more.
+    """
 
     media_type = SAFETENSORS_MEDIA_TYPES[0]
 
@@ -59,13 +78,53 @@ class SafetensorsResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        for chunk in self.encoded.chunks:
+        pieces, tail = split_tail(self.encoded.chunks, TAIL_COPY_BYTES)
+        for chunk in pieces:
             for start in range(0, len(chunk), SEND_CHUNK_BYTES):
                 piece = chunk[start : start + SEND_CHUNK_BYTES]
                 await send({"type": "http.response.body", "body": piece, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
         if self.on_sent is not None:
             self.on_sent()
+
+
+def split_tail(chunks: Iterable[bytes | memoryview], tail_bytes: int) -> tuple[list[memoryview], bytes]:
+    """``chunks`` as views of all but their last ``tail_bytes`` bytes, and those last bytes as one copy."""
+    views = [memoryview(chunk).cast("B") for chunk in chunks]
+    keep = max(0, sum(len(view) for view in views) - tail_bytes)
+    head: list[memoryview] = []
+    tail: list[memoryview] = []
+    for view in views:
+        cut = min(len(view), keep)
+        head += [view[:cut]] if cut else []
+        tail += [view[cut:]] if cut < len(view) else []
+        keep -= cut
+    return head, b"".join(tail)
+
+
+class ThreadedJSONRequest(Request):
+    """A request whose JSON body, from ``JSON_THREAD_MIN_BYTES`` up, is parsed in a worker thread: the event
+    loop serves other requests (probes included) meanwhile. The body size is capped before (``max_json_body_bytes``
+    in ``api.middleware``), which also bounds the time the parser holds the GIL."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            small = len(body) < JSON_THREAD_MIN_BYTES
+            self._json = decode_json(body) if small else await run_in_threadpool(decode_json, body)
+        return self._json
+
+
+class JSONInThreadRoute(APIRoute):
+    """Route class of the JSON endpoints: hands FastAPI a ``ThreadedJSONRequest``."""
+
+    def get_route_handler(self) -> Callable[[Request], Any]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            return await handler(ThreadedJSONRequest(request.scope, request.receive))  # type: ignore[no-any-return]
+
+        return handle
 
 
 async def read_safetensors_request(
@@ -77,21 +136,23 @@ async def read_safetensors_request(
     allowed_dtypes: frozenset[str] = ALLOWED_DTYPES,
     timings: dict[str, float] | None = None,
     take: Callable[[int], memoryview | None] | None = None,
+    keep: Callable[[bytearray], None] | None = None,
 ) -> SafetensorsPayload:
     """The request's safetensors body, decoded with every guard before any tensor is built.
 
     415 for another content type, 413 past ``max_body_bytes`` (before reading when Content-Length says so),
     400 for malformed bytes, 422 naming the tensor for dtype/shape/limit/presence problems. ``timings`` (if given)
-    receives ``read_s`` and ``decode_s``; ``take`` may lend the body buffer (see ``codec.read_body``).
+    receives ``read_s`` and ``decode_s``; ``take`` may lend the body buffer and ``keep`` receives a grown one (see
+    ``codec.read_body``).
     """
-    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()  # case-insensitive
+    media_type = media_type_of(request.headers.get("content-type"))
     if media_type not in SAFETENSORS_MEDIA_TYPES:
         raise UnsupportedMediaType(
             f"send a safetensors body as application/x-safetensors (got {media_type or 'no content type'!r})",
             field="content-type",
         )
     started = time.perf_counter()
-    body = await read_body(request, settings.max_body_bytes, take)
+    body = await read_body(request, settings.max_body_bytes, take, keep)
     read_done = time.perf_counter()
     payload = decode_safetensors(
         body,
@@ -103,6 +164,11 @@ async def read_safetensors_request(
     if timings is not None:
         timings.update(read_s=read_done - started, decode_s=time.perf_counter() - read_done)
     return payload
+
+
+def media_type_of(content_type: str | None) -> str:
+    """The media type of a Content-Type value, lower-cased without parameters ('' when absent)."""
+    return (content_type or "").split(";")[0].strip().lower()
 
 
 def wants_safetensors(request: Request, binary_default: bool = False) -> bool:

@@ -162,10 +162,12 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette re-raises the error after this answer and uvicorn then closes the connection: say so, or the
+    client's next request on it would meet a reset."""
     logger.exception("unhandled error on %s %s", request.method, request.url.path)
     request.state.error_type = "internal"
     body = _generic_problem(500, "internal", "Internal error", "an unexpected error occurred; it has been logged")
-    return problem_response(body)
+    return problem_response(body, {"Connection": "close"})
 
 
 def install_problem_handlers(app: FastAPI) -> None:

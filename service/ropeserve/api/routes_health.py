@@ -74,6 +74,7 @@ def info(runtime: RuntimeDep) -> JSONResponse:
         "presets": {name: entry["source"] for name, entry in preset_catalog().items()},
         "limits": {
             "max_body_bytes": settings.max_body_bytes,
+            "max_json_body_bytes": settings.max_json_body_bytes,
             "max_positions": settings.max_positions,
             "max_table_elements": settings.max_table_elements,
             "max_tensor_elements": settings.max_tensor_elements,

@@ -7,11 +7,12 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import Field
 
+from ropeserve.api.negotiation import JSONInThreadRoute
 from ropeserve.api.runtime import RuntimeDep
 from ropeserve.api.schemas import StrictModel
 from ropeserve.lint import validate_config_request
 
-router = APIRouter(tags=["lint"])
+router = APIRouter(tags=["lint"], route_class=JSONInThreadRoute)
 
 
 class ValidateRequest(StrictModel):

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import Field
 
-from ropeserve.api.negotiation import TENSOR_RESPONSES, tensor_response
+from ropeserve.api.negotiation import TENSOR_RESPONSES, JSONInThreadRoute, tensor_response
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.runtime import RuntimeDep
 from ropeserve.api.schemas import (
@@ -24,7 +24,7 @@ from ropeserve.api.schemas import (
 from ropeserve.errors import InvalidInput, check_limit
 from ropeserve.rope import rope_cos_sin, rotated_width
 
-router = APIRouter(tags=["rope"])
+router = APIRouter(tags=["rope"], route_class=JSONInThreadRoute)
 
 
 class CosSinRequest(RopeSource):

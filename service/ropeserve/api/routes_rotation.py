@@ -99,7 +99,7 @@ async def apply_rotation(request: Request, runtime: Runtime, *, mrope: bool) -> 
     started = time.perf_counter()
     timings: dict[str, float] = {}
     service = rotation_service(runtime)
-    lease = BufferLease(service.body_buffers)
+    lease = BufferLease(service.body_buffers, getattr(request.state, "body_claim", None))
     payload = await read_safetensors_request(
         request,
         runtime.settings,
@@ -107,6 +107,7 @@ async def apply_rotation(request: Request, runtime: Runtime, *, mrope: bool) -> 
         optional=OPTIONAL_TENSORS,
         timings=timings,
         take=lease.take,
+        keep=lease.keep,
     )
     options = payload.params(RotationParams).options(mrope)
     try:

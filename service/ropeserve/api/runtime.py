@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 
 from ropeserve.metrics import Metrics
 from ropeserve.rope import TableCache
+from ropeserve.serving.buffers import BodyBudget
 from ropeserve.settings import Settings
 
 
@@ -26,6 +27,7 @@ class Runtime:
     metrics: Metrics
     device: torch.device
     tables: TableCache
+    body_budget: BodyBudget
     ready: bool = False
     draining: bool = False
     extensions: dict[str, object] = field(default_factory=dict)
@@ -37,6 +39,7 @@ class Runtime:
             metrics=Metrics(),
             device=resolve_device(settings.device),
             tables=TableCache(settings.table_cache_entries, settings.table_cache_bytes),
+            body_budget=BodyBudget(settings.max_inflight_body_bytes, settings.retry_after_s),
         )
 
     def set_ready(self, ready: bool) -> None:

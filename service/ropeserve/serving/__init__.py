@@ -1,7 +1,7 @@
 """Serving machinery without web imports: safetensors codec, micro-batcher, rotation service."""
 
 from ropeserve.serving.batcher import Batcher, BatchObserver, ClientDisconnected, NullObserver, Timed
-from ropeserve.serving.buffers import BodyBuffers, BufferLease
+from ropeserve.serving.buffers import BodyBudget, BodyBuffers, BodyClaim, BufferLease
 from ropeserve.serving.codec import (
     METADATA_KEY,
     EncodedSafetensors,
@@ -18,7 +18,9 @@ __all__ = [
     "REQUIRED_TENSORS",
     "BatchObserver",
     "Batcher",
+    "BodyBudget",
     "BodyBuffers",
+    "BodyClaim",
     "BufferLease",
     "ClientDisconnected",
     "EncodedSafetensors",

@@ -72,13 +72,17 @@ class BodyStream(Protocol):
 
 
 async def read_body(
-    request: BodyStream, limit: int, take: Callable[[int], memoryview | None] | None = None
+    request: BodyStream,
+    limit: int,
+    take: Callable[[int], memoryview | None] | None = None,
+    keep: Callable[[bytearray], None] | None = None,
 ) -> bytearray | memoryview:
     """The request body as a writable buffer; PayloadTooLarge (413) before reading when ``Content-Length`` says
     it is over ``limit``, or as soon as a streamed body crosses it.
 
-    With a declared length, ``take(length)`` may lend an exact-size buffer to read into (``buffers.BodyBuffers``);
-    otherwise the body grows in a new ``bytearray``.
+    With a declared length, ``take(length)`` may lend an idle exact-size buffer to read into
+    (``buffers.BodyBuffers``); otherwise the body grows in a new ``bytearray`` as its bytes arrive (never sized
+    from the declared length alone), which ``keep`` (if given) receives once complete.
     """
     declared = request.headers.get("content-length")
     if declared is not None:
@@ -92,6 +96,8 @@ async def read_body(
     async for chunk in request.stream():
         body += chunk
         _check_body_size(len(body), limit)
+    if keep is not None:
+        keep(body)
     return body
 
 
