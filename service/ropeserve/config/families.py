@@ -48,6 +48,8 @@ _GEMMA3_TEXT = _family(
     },
 )
 _DEEPSEEK = _family(class_defaults={"qk_rope_head_dim": 64}, head_dim_key="qk_rope_head_dim", pairing="gptj")
+_LLAMA = _family(class_defaults={"hidden_size": 4096, "num_attention_heads": 32, "max_position_embeddings": 2048})
+"""LlamaConfig's defaults: a sparse ``text_config`` (llava-1.5) leaves them out."""
 _QWEN3_5 = _family(
     class_defaults={"partial_rotary_factor": 0.25, "head_dim": 256},
     mrope_section=(11, 11, 10),
@@ -80,7 +82,22 @@ FAMILIES: dict[str, ModelFamily] = {
     "glm": _family(class_defaults={"partial_rotary_factor": 0.5, "head_dim": 128}, pairing="gptj"),
     "cohere": _family(default_theta=500_000.0, pairing="gptj"),
     "gpt_neox": _family(class_defaults={"partial_rotary_factor": 0.25}),
+    "llama": _LLAMA,
 }
+
+_GPT2_STYLE_KEYS = MappingProxyType(
+    {"hidden_size": "n_embd", "num_attention_heads": "n_head", "max_position_embeddings": "n_positions"}
+)
+ATTRIBUTE_MAPS: dict[str, MappingProxyType[str, str]] = {
+    "gptj": _GPT2_STYLE_KEYS,
+    "codegen": _GPT2_STYLE_KEYS,
+    "mixformer-sequential": _GPT2_STYLE_KEYS,
+    "phi-msft": _GPT2_STYLE_KEYS,
+}
+"""Config classes whose files write GPT-2-style keys (``attribute_map``: canonical key -> the key in the file):
+GPTJConfig, CodeGenConfig, and the remote-code MixFormer configs of the first phi-1.5/phi-2 releases. Their
+``rotary_dim`` (the rotating channels) sits next to them. transformers 5 has no rope_parameters for these
+classes, so they are kept out of FAMILIES (whose entries are checked against transformers)."""
 
 GENERIC = ModelFamily()
 

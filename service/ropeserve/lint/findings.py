@@ -60,6 +60,8 @@ class Hit:
     fix: str
     engine: str | None = None
     artifact: str = "config"
+    severity: Severity | None = None
+    """Overrides the rule's severity for this hit (a rule whose outcome depends on the deployment)."""
 
 
 @dataclass(frozen=True)
@@ -82,12 +84,18 @@ class Rule:
 
 @dataclass(frozen=True)
 class Finding:
+    """A rule's hit. ``unasked`` marks an engine-specific finding for an engine nobody asked for, reported at
+    info (see ``lint.linter.default_target_severity``)."""
+
     rule: Rule
     hit: Hit
+    unasked: bool = False
 
     @property
     def severity(self) -> Severity:
-        return self.rule.severity
+        if self.unasked:
+            return Severity.INFO
+        return self.hit.severity if self.hit.severity is not None else self.rule.severity
 
     def as_dict(self) -> dict[str, Any]:
         return {

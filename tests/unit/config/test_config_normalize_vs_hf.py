@@ -257,7 +257,10 @@ def assert_config_matches_hf(config: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("name", list(real_configs()))
 def test_real_config_matches_transformers(name: str) -> None:
-    assert_config_matches_hf(real_configs()[name])
+    config = real_configs()[name]
+    if config.get("model_type") not in CONFIG_MAPPING:
+        pytest.skip(f"{config.get('model_type')!r} is remote code: transformers 5.24 has no config class for it")
+    assert_config_matches_hf(config)
 
 
 @pytest.mark.parametrize("name", sorted(preset_catalog()))

@@ -75,7 +75,7 @@ CASES: list[tuple[str, Side, Side]] = [
     ("RS109", side(LLAMA, {"/rope_scaling/rope_theta": 10000.0}), side(LLAMA, {"/rope_scaling/rope_theta": 500000.0})),
     ("RS110", side(MISTRAL, {"/rotary_emb_base": 1e6}), side(MISTRAL)),
     ("RS111", side(MISTRAL, {"/rope_theta": -1.0}), side(MISTRAL)),
-    ("RS112", side(MISTRAL, {"/rope_theta": DELETE}), side(MISTRAL)),
+    ("RS112", side(QWEN25VL, {"/rope_theta": DELETE}), side(MISTRAL, {"/rope_theta": DELETE})),
     (
         "RS113",
         side(MISTRAL, {"/rope_parameters": {"rope_type": "proportional", "partial_rotary_factor": 0.25}}, engines=VLLM),

@@ -318,24 +318,37 @@ def rope_theta_invalid(ctx: LintContext) -> Iterator[Hit]:
             )
 
 
+ENGINE_FALLBACK_THETA = 10_000.0
+"""The rope_theta that engines and converters reading the raw file assume when it is absent."""
+
+
 @rule(
     "RS112",
     "rope-theta-missing",
     family="schema",
     severity=WARNING,
-    summary="`rope_theta` is absent and no model class supplies it.",
+    summary="`rope_theta` is absent and the model class's default differs from the 10000 engines assume.",
     reference=f"{NOTE} §5 SCH-011",
     catalogue="SCH-011",
 )
 def rope_theta_missing(ctx: LintContext) -> Iterator[Hit]:
     for layer_type, params in rope_layers(ctx):
-        if ctx.model.source(layer_type, "rope_theta") == "default:family":
-            yield ctx.hit(
-                ctx.model.pointer(layer_type, "rope_theta"),
-                f"no rope_theta: transformers uses {params.rope_theta:g} for {ctx.model.model_type or 'this model'}"
-                ", engines and converters that read the raw file default to 10000 silently",
-                "Write the trained rope_theta explicitly.",
-            )
+        if ctx.model.source(layer_type, "rope_theta") != "default:family" or params.rope_theta == ENGINE_FALLBACK_THETA:
+            continue  # a class default of 10000 (Llama-2, Baichuan, InternLM, ChatGLM...) is what engines use too
+        yield ctx.hit(
+            _theta_pointer(ctx, layer_type),
+            f"no rope_theta: transformers uses {params.rope_theta:g} for {ctx.model.model_type or 'this model'}"
+            f", engines and converters that read the raw file default to {ENGINE_FALLBACK_THETA:g} silently",
+            "Write the trained rope_theta explicitly.",
+        )
+
+
+def _theta_pointer(ctx: LintContext, layer_type: str) -> str:
+    """Where the file would hold rope_theta: its ``rope_parameters`` dict (v5 form), else the text section."""
+    entry = next((e for e in ctx.model.entries if e.layer_type == layer_type), ctx.model.main_entry)
+    if entry is not None and "/rope_parameters" in entry.pointer:
+        return entry.key_pointer("rope_theta")
+    return pointers.join(ctx.model.text_pointer, "rope_theta")
 
 
 @rule(
