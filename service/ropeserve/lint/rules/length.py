@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ropeserve.config import RopeParams
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.engines import (
@@ -21,9 +22,11 @@ from ropeserve.lint.engines import (
 from ropeserve.lint.findings import NOTE, Hit, Severity, rule
 from ropeserve.lint.rules.common import YARN_TYPES, fmt
 from ropeserve.lint.spectrum import effective_factor, finite_positive
+from ropeserve.lint.versions import Version
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 ALL_LENGTH_KEYS = tuple(dict.fromkeys(VLLM_LENGTH_KEYS + SGLANG_LENGTH_KEYS + TGI_LENGTH_KEYS))
+TRANSFORMERS_5 = Version.parse("5.0.0")
 ENGINE_LENGTH_FLAG = {"vllm": "--max-model-len", "sglang": "--context-length", "llama.cpp": "-c/--ctx-size"}
 
 
@@ -115,11 +118,16 @@ def yarn_length_mismatch(ctx: LintContext) -> Iterator[Hit]:
         per_engine = ", ".join(
             f"{engine} {fmt(length.derived)}" for engine, length in ctx.lengths.items() if length.derived
         )
+        transformers = ctx.intent.target("transformers")
+        recompute = (
+            f"; some transformers 4.x versions recompute factor = {limit / original:g} from the two lengths (#38224)"
+            if transformers is not None and transformers.spec.may_predate(TRANSFORMERS_5)
+            else ""
+        )
         yield ctx.hit(
             _length_pointer(ctx),
             f"max_position_embeddings {fmt(limit)} != original {fmt(original)} x factor {factor:g} = "
-            f"{fmt(extended)}; derived lengths: {per_engine}; some transformers 4.x versions recompute "
-            f"factor = {limit / original:g} from the two lengths",
+            f"{fmt(extended)}; derived lengths: {per_engine}{recompute}",
             f"Set max_position_embeddings to {fmt(extended)} (the length the yarn factor targets).",
         )
 
@@ -138,8 +146,11 @@ def factor_on_extended_length(ctx: LintContext) -> Iterator[Hit]:
     if params is None or params.rope_type not in ("linear", "dynamic") or effective_factor(params) <= 1:
         return
     limit, factor = params.max_position_embeddings or 0, effective_factor(params)
+    if ctx.model.is_gemma3:
+        yield from _gemma3_cache(ctx, params, limit, factor)
+        return
     original = params.original_max_position_embeddings or (trained and trained.original_max_position_embeddings)
-    if not (ctx.model.is_gemma3 or (original and limit > original)):
+    if not (original and limit > original):
         return
     caches = [f"{engine} {fmt(cache_rows_for(params, engine))} rows" for engine in ctx.targeted("vllm", "sglang")]
     yield ctx.hit(
@@ -148,6 +159,22 @@ def factor_on_extended_length(ctx: LintContext) -> Iterator[Hit]:
         f"again to {fmt(limit * factor)}" + (f"; rope caches: {', '.join(caches)}" if caches else ""),
         "Keep the trained scaling of the checkpoint; to extend further, base the factor on the original length.",
     )
+
+
+def _gemma3_cache(ctx: LintContext, params: RopeParams, limit: int, factor: float) -> Iterator[Hit]:
+    """Gemma-3's factor is its trained scaling and every engine keeps its length; only vLLM's cache for the
+    full-attention layers grows by the factor (vllm#33958): an engine-specific finding."""
+    for engine in ctx.targeted("vllm"):
+        rows = cache_rows_for(params, engine)
+        if rows is None or rows <= limit:
+            continue
+        yield ctx.hit(
+            ctx.model.pointer("full_attention", "factor"),
+            f"vllm sizes the full-attention cos/sin cache by the trained factor {factor:g}: {fmt(rows)} rows for "
+            f"a {fmt(limit)}-token model (memory only; positions stay right)",
+            "Nothing to change in the config: the factor is the checkpoint's; use a vLLM with PR #33958.",
+            engine=engine,
+        )
 
 
 @rule(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 
 from ropeserve.config.schema import COMMON_KEYS, MROPE_KEYS, ROPE_TYPE_KEYS
 from ropeserve.lint import pointers
@@ -24,6 +25,10 @@ ENGINE_ONLY_KEYS = {
     "short_mscale": "a vLLM-only longrope key",
     "long_mscale": "a vLLM-only longrope key",
 }
+MODEL_READ_KEYS = {
+    "llama_4_scaling_beta": "Llama-4 attention temperature; transformers (Ministral 3, Mistral 4) and vLLM read it",
+}
+"""Keys outside the rope-type schema that model code reads from the rope dict: not unknown (RS107 stays silent)."""
 ALIAS_KEYS = {
     "rotary_emb_base": "rope_theta",
     "rotary_pct": "partial_rotary_factor",
@@ -144,17 +149,42 @@ def engine_unsupported(ctx: LintContext) -> Iterator[Hit]:
     for layer_type, params in rope_layers(ctx):
         for kind in rope_kinds(params):
             for target in ctx.targets():
-                reason = support(kind, target.name).refuses(target)
-                if reason is None or (kind, target.name) in seen:
+                cell = support(kind, target.name)
+                reason = cell.refuses(target)
+                if (reason is None and cell.level != "D") or (kind, target.name) in seen:
                     continue
                 seen.add((kind, target.name))
                 key = "mrope_section" if kind.startswith("mrope") else "rope_type"
+                pointer = ctx.model.pointer(layer_type, key)
+                if reason is None:
+                    yield _dropped_scaling(ctx, pointer, kind, target.name, cell.note, params.max_position_embeddings)
+                    continue
                 yield ctx.hit(
-                    ctx.model.pointer(layer_type, key),
+                    pointer,
                     f"{target} cannot run {kind!r}: {reason}",
                     f"Pick an engine/version that supports {kind!r} (see the support matrix) or drop {target.name}.",
                     engine=target.name,
                 )
+
+
+def _dropped_scaling(ctx: LintContext, pointer: str, kind: str, engine: str, note: str, trained: int | None) -> Hit:
+    """An engine that drops the scaling runs the trained, unscaled model: info inside ``trained``, error past it."""
+    served = ctx.served(engine)
+    beyond = served is not None and trained is not None and served > trained
+    effect = (
+        f"it serves {served:,} positions, past the trained {trained or 0:,}"
+        if beyond
+        else f"the model runs as trained, which is right within its {trained or 0:,} trained positions"
+    )
+    return replace(
+        ctx.hit(
+            pointer,
+            f"{engine} does not apply {kind!r}: {note}; {effect}",
+            f"Serve at most {trained or 0:,} tokens on {engine}, or use an engine that applies {kind!r}.",
+            engine=engine,
+        ),
+        severity=ERROR if beyond else INFO,
+    )
 
 
 def _present(entry: RopeEntry, key: str, engine: str, ctx: LintContext) -> bool:
@@ -203,7 +233,7 @@ def unknown_rope_key(ctx: LintContext) -> Iterator[Hit]:
         keys = ROPE_TYPE_KEYS.get(canonical_type(entry) or "default")
         if keys is None:
             continue
-        allowed = COMMON_KEYS | MROPE_KEYS | keys.required | keys.optional
+        allowed = COMMON_KEYS | MROPE_KEYS | keys.required | keys.optional | MODEL_READ_KEYS.keys()
         for key in sorted(set(entry.data or ()) - allowed):
             why = ENGINE_ONLY_KEYS.get(key, "unknown to every engine read")
             yield ctx.hit(
