@@ -83,6 +83,7 @@ FAMILIES: dict[str, ModelFamily] = {
     "cohere": _family(default_theta=500_000.0, pairing="gptj"),
     "gpt_neox": _family(class_defaults={"partial_rotary_factor": 0.25}),
     "llama": _LLAMA,
+    "minicpm3": _family(class_defaults={"qk_rope_head_dim": 32}, head_dim_key="qk_rope_head_dim"),
 }
 
 _GPT2_STYLE_KEYS = MappingProxyType(
