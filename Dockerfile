@@ -46,8 +46,8 @@ RUN if [ "$VARIANT" = cuda ]; then index="https://download.pytorch.org/whl/${TOR
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY service ./service
-RUN extra=""; if [ "$VARIANT" = cuda ]; then extra="[gpu]"; fi; \
-    pip install --no-cache-dir "/src${extra}"
+RUN extra="server"; if [ "$VARIANT" = cuda ]; then extra="server,gpu"; fi; \
+    pip install --no-cache-dir "/src[${extra}]"
 
 # ---- runtime: the final, small image ----
 FROM base AS runtime

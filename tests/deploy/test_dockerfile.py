@@ -70,7 +70,8 @@ def test_cpu_by_default_and_cuda_by_build_argument(dockerfile) -> None:
     assert "VARIANT=cpu" in build.values("ARG")
     installs = " ".join(build.values("RUN"))
     assert "https://download.pytorch.org/whl/cpu" in installs
-    assert "https://download.pytorch.org/whl/${TORCH_CUDA}" in installs and '"[gpu]"' in installs
+    assert "https://download.pytorch.org/whl/${TORCH_CUDA}" in installs and 'extra="server,gpu"' in installs
+    assert 'extra="server"' in installs, "the service needs the server extra (the base install is lint-only)"
 
 
 def test_runs_as_a_non_root_user(dockerfile) -> None:
