@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-LOADTEST = Path(__file__).resolve().parents[2] / "loadtest"
-sys.path.insert(0, str(LOADTEST))
+from report import Sample, build_report, write_markdown  # loadtest/, on pytest's pythonpath (pyproject.toml)
+from scenarios import users_at
 
-from report import Sample, build_report, write_markdown  # noqa: E402
-from scenarios import users_at  # noqa: E402
+LOADTEST = Path(__file__).resolve().parents[2] / "loadtest"
 
 RUN = {
     "scenario": "overload",
