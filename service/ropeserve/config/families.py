@@ -14,6 +14,25 @@ from typing import Any, Literal
 MropeLayout = Literal["chunked", "interleaved"]
 
 
+TemporalRuleName = Literal["frame_index", "seconds", "frame_blocks"]
+
+
+@dataclass(frozen=True)
+class MropePositions:
+    """How a vision-language family builds M-RoPE position ids (read by ``ropeserve.positions``).
+
+    ``name`` is the canonical family name of ``/v1/mrope/positions``; ``temporal_rule`` names how video frames map
+    onto the temporal axis (``positions.families.TemporalRule``); token ids and ``tokens_per_second`` are the
+    released checkpoints' defaults."""
+
+    name: str
+    temporal_rule: TemporalRuleName
+    image_token_id: int
+    video_token_id: int
+    spatial_merge_size: int = 2
+    tokens_per_second: float | None = None
+
+
 @dataclass(frozen=True)
 class ModelFamily:
     """What a model type implies beyond its config file."""
@@ -25,6 +44,7 @@ class ModelFamily:
     head_dim_key: str | None = None
     legacy_longrope_aliases: frozenset[str] = frozenset({"su"})
     pairing: Literal["neox", "gptj"] = "neox"
+    positions: MropePositions | None = None
 
 
 def _family(**kwargs: Any) -> ModelFamily:
@@ -32,9 +52,27 @@ def _family(**kwargs: Any) -> ModelFamily:
     return ModelFamily(class_defaults=MappingProxyType(defaults), **kwargs)
 
 
-_QWEN2_VL = _family(default_theta=1e6, mrope_section=(16, 24, 24), mrope_layout="chunked")
-_QWEN3_VL = _family(default_theta=5e5, mrope_section=(24, 20, 20), mrope_layout="interleaved")
-_GLM4V = _family(mrope_section=(8, 12, 12), mrope_layout="chunked", pairing="gptj")
+_QWEN_VISION_IDS = (151655, 151656)
+_QWEN2_VL_ROPE = {"default_theta": 1e6, "mrope_section": (16, 24, 24), "mrope_layout": "chunked"}
+_QWEN2_VL = _family(**_QWEN2_VL_ROPE, positions=MropePositions("qwen2_vl", "frame_index", *_QWEN_VISION_IDS))
+# Released Qwen2.5-VL checkpoints set vision_config.tokens_per_second = 2 (the config class default is 4).
+_QWEN2_5_VL = _family(
+    **_QWEN2_VL_ROPE, positions=MropePositions("qwen2_5_vl", "seconds", *_QWEN_VISION_IDS, tokens_per_second=2.0)
+)
+_QWEN2_5_OMNI = _family(**_QWEN2_VL_ROPE)
+"""Omni's position ids also interleave audio: not served by /v1/mrope/positions."""
+_QWEN3_VL = _family(
+    default_theta=5e5,
+    mrope_section=(24, 20, 20),
+    mrope_layout="interleaved",
+    positions=MropePositions("qwen3_vl", "frame_blocks", *_QWEN_VISION_IDS),
+)
+_GLM4V = _family(
+    mrope_section=(8, 12, 12),
+    mrope_layout="chunked",
+    pairing="gptj",
+    positions=MropePositions("glm4v", "frame_blocks", 151343, 151344),
+)
 _GEMMA3_TEXT = _family(
     default_theta=1e6,
     class_defaults={
@@ -54,16 +92,17 @@ _QWEN3_5 = _family(
     class_defaults={"partial_rotary_factor": 0.25, "head_dim": 256},
     mrope_section=(11, 11, 10),
     mrope_layout="interleaved",
+    positions=MropePositions("qwen3_5", "frame_blocks", 248056, 248057),
 )
 
 FAMILIES: dict[str, ModelFamily] = {
     "qwen2_vl": _QWEN2_VL,
     "qwen2_vl_text": _QWEN2_VL,
-    "qwen2_5_vl": _QWEN2_VL,
-    "qwen2_5_vl_text": _QWEN2_VL,
-    "qwen2_5_omni": _QWEN2_VL,
-    "qwen2_5_omni_thinker": _QWEN2_VL,
-    "qwen2_5_omni_text": _QWEN2_VL,
+    "qwen2_5_vl": _QWEN2_5_VL,
+    "qwen2_5_vl_text": _QWEN2_5_VL,
+    "qwen2_5_omni": _QWEN2_5_OMNI,
+    "qwen2_5_omni_thinker": _QWEN2_5_OMNI,
+    "qwen2_5_omni_text": _QWEN2_5_OMNI,
     "qwen3_vl": _QWEN3_VL,
     "qwen3_vl_text": _QWEN3_VL,
     "qwen3_vl_moe": _QWEN3_VL,
@@ -99,6 +138,10 @@ ATTRIBUTE_MAPS: dict[str, MappingProxyType[str, str]] = {
 GPTJConfig, CodeGenConfig, and the remote-code MixFormer configs of the first phi-1.5/phi-2 releases. Their
 ``rotary_dim`` (the rotating channels) sits next to them. transformers 5 has no rope_parameters for these
 classes, so they are kept out of FAMILIES (whose entries are checked against transformers)."""
+
+POSITION_ALIASES: dict[str, str] = {"glm4v_moe": "glm4v", "glm46v": "glm4v"}
+"""Model types outside FAMILIES whose M-RoPE position ids are another family's (transformers 5.24 runs the
+identical ``get_rope_index``)."""
 
 GENERIC = ModelFamily()
 
