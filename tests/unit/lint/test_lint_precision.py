@@ -168,3 +168,23 @@ def test_yarn_length_mismatch_quotes_transformers_4_only_for_that_target(engines
     }
     [finding] = [f for f in lint(build_config(spec), {"engines": engines}).findings if f.rule.id == "RS303"]
     assert ("transformers 4.x" in finding.hit.message) is quoted
+
+
+# --- messages: pointers and references ---------------------------------------------------------------------------
+
+
+def test_refused_length_points_at_the_key_that_set_it_and_cites_the_engine() -> None:
+    report = lint(real_config("THUDM__chatglm2-6b.json"), {"engines": ["vllm", "sglang"], "max_model_len": 65536})
+    refused = {f.hit.engine: f for f in report.findings if f.rule.id == "RS301"}
+    assert {engine: f.hit.pointer for engine, f in refused.items()} == {"vllm": "/seq_length", "sglang": "/seq_length"}
+    assert refused["vllm"].reference.startswith("https://github.com/vllm-project/")
+    assert refused["sglang"].reference.startswith("https://github.com/sgl-project/")
+
+
+def test_references_are_public_urls_or_shipped_docs_anchors() -> None:
+    from ropeserve.lint import RULES
+
+    docs = (CONFIGS.parents[2] / "docs" / "lint.md").read_text(encoding="utf-8")
+    for rule in RULES.values():
+        if not rule.reference.startswith("https://"):
+            assert rule.reference == f"docs/lint.md#{rule.id.lower()}" and f'id="{rule.id.lower()}"' in docs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 from ropeserve.config import RopeParams
 from ropeserve.lint import pointers
@@ -63,14 +64,37 @@ def engine_refuses_length(ctx: LintContext) -> Iterator[Hit]:
             if short_cache
             else f"{length.override_env}=1 lifts the check (its rope cache covers the length)"
         )
-        yield ctx.hit(
-            _length_pointer(ctx),
-            f"{engine} derives a maximum of {fmt(length.derived)} ({length.derived_from}) and refuses "
-            f"{ENGINE_LENGTH_FLAG[engine]} {fmt(requested)} at startup",
-            f"Lower the requested length to {fmt(length.derived)}, or make the config state the extended length; "
-            f"{override}.",
-            engine=engine,
+        hit = replace(
+            ctx.hit(
+                _derived_pointer(ctx, length.derived_from),
+                f"{engine} derives a maximum of {fmt(length.derived)} ({length.derived_from}) and refuses "
+                f"{ENGINE_LENGTH_FLAG[engine]} {fmt(requested)} at startup",
+                f"Lower the requested length to {fmt(length.derived)}, or make the config state the extended "
+                f"length; {override}.",
+                engine=engine,
+            ),
+            reference=ENGINE_LENGTH_REFERENCE[engine],
         )
+        yield replace(hit, artifact="tokenizer_config") if hit.pointer == "/model_max_length" else hit
+
+
+ENGINE_LENGTH_REFERENCE = {
+    "vllm": "https://github.com/vllm-project/vllm/issues/17924",
+    "sglang": "https://github.com/sgl-project/sglang/issues/2943",
+}
+"""Each engine's own report of its startup length check and the override variable."""
+
+
+def _derived_pointer(ctx: LintContext, derived_from: str) -> str:
+    """The key that set an engine's derived length (``derived_from`` starts with it), as a JSON pointer."""
+    key = derived_from.split(" ")[0]
+    if key == "tokenizer_config":
+        return "/model_max_length"
+    if key in ctx.model.text:
+        return pointers.join(ctx.model.text_pointer, key)
+    if key == "original_max_position_embeddings":
+        return ctx.model.pointer("full_attention", key)
+    return _length_pointer(ctx)
 
 
 @rule(
