@@ -188,3 +188,19 @@ def test_references_are_public_urls_or_shipped_docs_anchors() -> None:
     for rule in RULES.values():
         if not rule.reference.startswith("https://"):
             assert rule.reference == f"docs/lint.md#{rule.id.lower()}" and f'id="{rule.id.lower()}"' in docs
+
+
+# --- recall: the config's length already includes the extension ---------------------------------------------------
+
+
+@pytest.mark.parametrize("rope_type", ["linear", "dynamic"])
+def test_factor_without_original_length_is_reported_for_the_engines_that_multiply(rope_type: str) -> None:
+    config = build_config({"config": LLAMA2, "patch": {"/rope_scaling": {"type": rope_type, "factor": 4.0}}})
+    report = lint(config, {"engines": ["vllm", "sglang", "transformers"]})
+    [vllm, sglang] = sorted(
+        (f for f in report.findings if f.rule.id == "RS312"), key=lambda f: f.hit.engine or "", reverse=True
+    )
+    assert (vllm.hit.engine, sglang.hit.engine) == ("vllm", "sglang")
+    assert vllm.severity.label == "warning" and "16,384 = max_position_embeddings 4,096 x factor 4" in vllm.hit.message
+    assert not findings(lint(config, {"engines": ["vllm"], "max_model_len": 4096}), "RS312")
+    assert findings(lint(config), "RS312") == [("sglang", "info"), ("vllm", "info")]

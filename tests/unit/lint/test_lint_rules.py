@@ -105,6 +105,11 @@ CASES: list[tuple[str, Side, Side]] = [
     ("RS303", side(QWEN_YARN), side(QWEN_YARN, {"/max_position_embeddings": 131072})),
     ("RS304", side(GEMMA3), side(MISTRAL, LINEAR_2)),
     (
+        "RS312",
+        side(MISTRAL, LINEAR_2, engines=VLLM),
+        side(MISTRAL, {**LINEAR_2, "/rope_scaling/original_max_position_embeddings": 32768}, engines=VLLM),
+    ),
+    (
         "RS305",
         side(QWEN, tokenizer_config={"model_max_length": 8192}),
         side(QWEN, tokenizer_config={"model_max_length": 32768}),

@@ -359,3 +359,39 @@ def vllm_longrope_default_length(ctx: LintContext) -> Iterator[Hit]:
             f"Pass --max-model-len {fmt(length.derived)} to serve the long context.",
             engine="vllm",
         )
+
+
+@rule(
+    "RS312",
+    "length-scaled-by-factor",
+    family="length",
+    severity=WARNING,
+    summary="A linear/dynamic factor without an original length: vLLM/SGLang serve max_position_embeddings x factor.",
+    reference=f"{NOTE} §2.1 step 5, §2.2",
+)
+def length_scaled_by_factor(ctx: LintContext) -> Iterator[Hit]:
+    main = ctx.model.main
+    if main is None or main.rope_type not in ("linear", "dynamic") or ctx.model.is_gemma3:
+        return
+    limit, factor = main.max_position_embeddings, effective_factor(main)
+    if not limit or factor <= 1 or _original_length_given(ctx):
+        return
+    for engine in ctx.targeted("vllm", "sglang"):
+        length, served = ctx.lengths[engine], ctx.served(engine)
+        if length.derived is None or length.derived <= limit or served is None or served <= limit:
+            continue
+        yield ctx.hit(
+            ctx.model.pointer("full_attention", "factor"),
+            f"{engine} derives {fmt(length.derived)} = max_position_embeddings {fmt(limit)} x factor {factor:g} "
+            f"and serves {fmt(served)} positions, while transformers, TGI and llama.cpp take {fmt(limit)} as the "
+            f"model's length; if {fmt(limit)} already includes the extension, positions past it were never trained",
+            f"State the pre-extension length as original_max_position_embeddings in the rope dict (then every engine "
+            f"agrees), or serve at most {fmt(limit)} tokens on {engine}.",
+            engine=engine,
+        )
+
+
+def _original_length_given(ctx: LintContext) -> bool:
+    entry = ctx.model.main_entry
+    in_dict = entry is not None and entry.has("original_max_position_embeddings")
+    return in_dict or ctx.model.text.get("original_max_position_embeddings") is not None
