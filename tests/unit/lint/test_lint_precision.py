@@ -204,3 +204,15 @@ def test_factor_without_original_length_is_reported_for_the_engines_that_multipl
     assert vllm.severity.label == "warning" and "16,384 = max_position_embeddings 4,096 x factor 4" in vllm.hit.message
     assert not findings(lint(config, {"engines": ["vllm"], "max_model_len": 4096}), "RS312")
     assert findings(lint(config), "RS312") == [("sglang", "info"), ("vllm", "info")]
+
+
+def test_override_that_keeps_the_type_but_retunes_it_is_reported() -> None:
+    config = real_config("meta-llama__Llama-3.1-8B-Instruct.json")
+    same = dict(config["rope_scaling"])
+    retuned = {**same, "factor": 16.0, "original_max_position_embeddings": 4096}
+    report = lint(config, {"engines": ["vllm"], "rope_override": retuned})
+    hits = {f.hit.pointer: f for f in report.findings if f.rule.id == "RS405"}
+    assert set(hits) == {"/rope_override/factor", "/rope_override/original_max_position_embeddings"}
+    assert all(f.hit.artifact == "intent" and f.severity.label == "warning" for f in hits.values())
+    assert "from 8 to 16" in hits["/rope_override/factor"].hit.message
+    assert not findings(lint(config, {"engines": ["vllm"], "rope_override": same}), "RS405")
