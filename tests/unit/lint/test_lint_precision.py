@@ -216,3 +216,12 @@ def test_override_that_keeps_the_type_but_retunes_it_is_reported() -> None:
     assert all(f.hit.artifact == "intent" and f.severity.label == "warning" for f in hits.values())
     assert "from 8 to 16" in hits["/rope_override/factor"].hit.message
     assert not findings(lint(config, {"engines": ["vllm"], "rope_override": same}), "RS405")
+
+
+def test_wrapper_level_yarn_dict_without_original_length_fails_transformers_5() -> None:
+    """Checked against transformers 5.24: Qwen3VLConfig(**config) raises KeyError "Missing required keys in
+    `rope_parameters` for 'rope_type'='yarn': {'original_max_position_embeddings'}" for this config."""
+    config = build_config({"config": QWEN3VL, "patch": {"/rope_parameters": {"rope_type": "yarn", "factor": 4.0}}})
+    assert findings(lint(config, {"engines": ["transformers"]}), "RS114") == [("transformers", "error")]
+    assert findings(lint(config), "RS114") == [("transformers", "info")]
+    assert not findings(lint(real_config(QWEN3VL), {"engines": ["transformers"]}), "RS114")

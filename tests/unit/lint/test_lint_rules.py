@@ -77,6 +77,11 @@ CASES: list[tuple[str, Side, Side]] = [
     ("RS111", side(MISTRAL, {"/rope_theta": -1.0}), side(MISTRAL)),
     ("RS112", side(QWEN25VL, {"/rope_theta": DELETE}), side(MISTRAL, {"/rope_theta": DELETE})),
     (
+        "RS114",
+        side(QWEN3VL, {"/rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, engines=HF),
+        side(QWEN3VL, {"/rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, engines=["transformers==4.57.0"]),
+    ),
+    (
         "RS113",
         side(MISTRAL, {"/rope_parameters": {"rope_type": "proportional", "partial_rotary_factor": 0.25}}, engines=VLLM),
         side(MISTRAL, {"/rope_parameters": {"rope_type": "proportional", "partial_rotary_factor": 0.25}}, engines=HF),

@@ -21,13 +21,11 @@ from ropeserve.lint.engines import (
     tokenizer_limit,
 )
 from ropeserve.lint.findings import NOTE, Hit, Severity, rule
-from ropeserve.lint.rules.common import YARN_TYPES, fmt
+from ropeserve.lint.rules.common import TRANSFORMERS_5, YARN_TYPES, fmt
 from ropeserve.lint.spectrum import effective_factor, finite_positive
-from ropeserve.lint.versions import Version
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 ALL_LENGTH_KEYS = tuple(dict.fromkeys(VLLM_LENGTH_KEYS + SGLANG_LENGTH_KEYS + TGI_LENGTH_KEYS))
-TRANSFORMERS_5 = Version.parse("5.0.0")
 ENGINE_LENGTH_FLAG = {"vllm": "--max-model-len", "sglang": "--context-length", "llama.cpp": "-c/--ctx-size"}
 
 

@@ -12,7 +12,7 @@ from ropeserve.lint.context import LintContext
 from ropeserve.lint.engines import REQUIRED_KEYS, TOP_LEVEL_FOLDED, rope_kinds, support
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
 from ropeserve.lint.model import RopeEntry
-from ropeserve.lint.rules.common import YARN_TYPES, canonical_type, entries, rope_layers, written_type
+from ropeserve.lint.rules.common import TRANSFORMERS_5, YARN_TYPES, canonical_type, entries, rope_layers, written_type
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 ALLOWED_TYPE_PAIRS = (frozenset({"su", "longrope"}), frozenset({"mrope", "default"}))
@@ -402,3 +402,42 @@ def engine_support_unverified(ctx: LintContext) -> Iterator[Hit]:
                         f"Run a differential test of {engine} against transformers before deploying.",
                         engine=engine,
                     )
+
+
+WRAPPER_REQUIRED_ORIGINAL = frozenset({"yarn"})
+"""Rope types whose transformers 5 validation requires ``original_max_position_embeddings`` in the dict itself
+when nothing standardises it first (a rope dict left at the wrapper level of a nested config)."""
+
+
+@rule(
+    "RS114",
+    "wrapper-rope-dict-unloadable",
+    family="schema",
+    severity=ERROR,
+    summary="A yarn dict at the wrapper level of a nested config without original_max_position_embeddings: "
+    "transformers 5 raises KeyError at load.",
+    reference=f"{SPEC} §3.3",
+)
+def wrapper_rope_dict_unloadable(ctx: LintContext) -> Iterator[Hit]:
+    if not ctx.model.text_pointer or not ctx.targeted("transformers"):
+        return
+    target = ctx.intent.target("transformers")
+    if target is not None and target.spec.may_predate(TRANSFORMERS_5):
+        return
+    for key in ("rope_scaling", "rope_parameters"):
+        value = ctx.model.document.get(key)
+        if not isinstance(value, dict) or not value:
+            continue
+        rope_type = value.get("rope_type", value.get("type"))
+        if not isinstance(rope_type, str) or rope_type not in WRAPPER_REQUIRED_ORIGINAL:
+            continue
+        if "original_max_position_embeddings" not in value:
+            yield ctx.hit(
+                pointers.join("", key),
+                f"transformers 5 validates this top-level {rope_type} dict against the wrapper config, where nothing "
+                'fills original_max_position_embeddings: loading raises KeyError "Missing required keys in '
+                f"`rope_parameters` for 'rope_type'='{rope_type}'\" (transformers 5.24, Qwen3VLConfig)",
+                f"Move the dict into {ctx.model.text_pointer.lstrip('/')}.rope_parameters (where every engine reads "
+                "it) and give original_max_position_embeddings there.",
+                engine="transformers",
+            )
