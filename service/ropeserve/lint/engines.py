@@ -55,7 +55,9 @@ SUPPORT: dict[str, dict[str, Support]] = {
     ),
     "yarn": _row(Y, Y, Y, P, Y),
     "longrope": _row(Y, P, Y, P, P),
-    "llama3": _row(Support("Y", "4.43.0", "llama3 rope type"), Y, Y, Y, Y),
+    "llama3": _row(
+        Support("Y", "4.43.0", "llama3 rope type"), Support("Y", "0.5.3", "Llama 3.1 rope scaling"), Y, Y, Y
+    ),
     "mrope_chunked": _row(Support("Y", "4.45.0", "Qwen2-VL M-RoPE"), Y, Y, Y, Y),
     "mrope_interleaved": _row(
         Support("Y", "4.57.0", "Qwen3-VL interleaved M-RoPE"),

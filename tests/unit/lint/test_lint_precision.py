@@ -225,3 +225,18 @@ def test_wrapper_level_yarn_dict_without_original_length_fails_transformers_5() 
     assert findings(lint(config, {"engines": ["transformers"]}), "RS114") == [("transformers", "error")]
     assert findings(lint(config), "RS114") == [("transformers", "info")]
     assert not findings(lint(real_config(QWEN3VL), {"engines": ["transformers"]}), "RS114")
+
+
+# --- version boundaries -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("engine", "refused"), [("vllm==0.5.2", True), ("vllm==0.5.3", False), ("vllm", False)])
+def test_llama3_rope_needs_vllm_0_5_3(engine: str, refused: bool) -> None:
+    report = lint(real_config("meta-llama__Llama-3.1-8B-Instruct.json"), {"engines": [engine]})
+    assert (findings(report, "RS105") == [("vllm", "error")]) is refused
+
+
+@pytest.mark.parametrize(("engine", "refused"), [("vllm==0.6.2", True), ("vllm>=0.6.3", False), ("vllm", False)])
+def test_mrope_saved_as_default_type_needs_vllm_0_6_3(engine: str, refused: bool) -> None:
+    report = lint(real_config("apjanco__es_qwen2_vl_pangea.json"), {"engines": [engine]})
+    assert (findings(report, "RS511") == [("vllm", "error")]) is refused

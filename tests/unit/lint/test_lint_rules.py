@@ -174,6 +174,11 @@ CASES: list[tuple[str, Side, Side]] = [
     ("RS507", side(QWEN25VL), side(QWEN25VL, {"/rope_scaling/type": "default"})),
     ("RS508", side(QWEN25VL, engines=LLAMA_CPP), side(QWEN25VL, engines=VLLM)),
     ("RS509", side(QWEN25VL, {"/rope_scaling": DELETE}), side(QWEN25VL)),
+    (
+        "RS511",
+        side("apjanco__es_qwen2_vl_pangea.json", engines=["vllm==0.6.2"]),
+        side("apjanco__es_qwen2_vl_pangea.json", engines=["vllm>=0.6.3"]),
+    ),
     ("RS510", side(QWEN3VL, mrope_layout="chunked"), side(QWEN3VL, mrope_layout="interleaved")),
     ("RS601", side(LLAMA, pairing="gptj"), side(LLAMA, pairing="neox")),
     (
