@@ -17,7 +17,6 @@ fire) is linted at its intent; recall is the share of variants where every expec
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import sys
 from collections.abc import Iterator, Mapping
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ropeserve.lint import DeploymentIntent, LintReport, lint_config
-from ropeserve.lint.pointers import split
+from ropeserve.lint.pointers import patched
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "tests" / "fixtures" / "configs"
@@ -85,23 +84,6 @@ def precision(data: Mapping[str, Any]) -> dict[str, Any]:
         "precision": counts["true"] / flagged if flagged else 1.0,
         "errors_without_flags": sum(1 for r in rows if r["run"] == "no flags" and r["severity"] == "error"),
     }
-
-
-def patched(config: Mapping[str, Any], patch: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``config`` with each JSON pointer of ``patch`` set (``$delete`` removes it), as the issue fixtures say."""
-    result = copy.deepcopy(dict(config))
-    for pointer, value in (patch or {}).items():
-        *parents, last = split(pointer)
-        node = result
-        for part in parents:
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node = node[part]
-        if value == "$delete":
-            node.pop(last, None)
-        else:
-            node[last] = copy.deepcopy(value)
-    return result
 
 
 def issue_config(case: Mapping[str, Any]) -> dict[str, Any]:
