@@ -45,11 +45,14 @@ class ModelFamily:
     legacy_longrope_aliases: frozenset[str] = frozenset({"su"})
     pairing: Literal["neox", "gptj"] = "neox"
     positions: MropePositions | None = None
+    attribute_map: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """The config class's ``attribute_map``: canonical key -> the key this family's files write (GPT-J's n_embd)."""
 
 
 def _family(**kwargs: Any) -> ModelFamily:
     defaults = kwargs.pop("class_defaults", {})
-    return ModelFamily(class_defaults=MappingProxyType(defaults), **kwargs)
+    aliases = kwargs.pop("attribute_map", {})
+    return ModelFamily(class_defaults=MappingProxyType(defaults), attribute_map=MappingProxyType(aliases), **kwargs)
 
 
 _QWEN_VISION_IDS = (151655, 151656)
@@ -86,6 +89,12 @@ _GEMMA3_TEXT = _family(
     },
 )
 _DEEPSEEK = _family(class_defaults={"qk_rope_head_dim": 64}, head_dim_key="qk_rope_head_dim", pairing="gptj")
+_GPT2_STYLE_KEYS = {"hidden_size": "n_embd", "num_attention_heads": "n_head", "max_position_embeddings": "n_positions"}
+"""GPTJConfig / CodeGenConfig ``attribute_map``; the remote-code MixFormer configs of the first phi-1.5/phi-2
+releases write the same keys. Their ``rotary_dim`` (the rotating channels) sits next to them."""
+_GPTJ = _family(attribute_map=_GPT2_STYLE_KEYS, pairing="gptj")
+"""GPT-J and CodeGen rotate interleaved pairs (rotate_every_two)."""
+_MIXFORMER = _family(attribute_map=_GPT2_STYLE_KEYS)
 _LLAMA = _family(class_defaults={"hidden_size": 4096, "num_attention_heads": 32, "max_position_embeddings": 2048})
 """LlamaConfig's defaults: a sparse ``text_config`` (llava-1.5) leaves them out."""
 _QWEN3_5 = _family(
@@ -122,22 +131,14 @@ FAMILIES: dict[str, ModelFamily] = {
     "cohere": _family(default_theta=500_000.0, pairing="gptj"),
     "gpt_neox": _family(class_defaults={"partial_rotary_factor": 0.25}),
     "llama": _LLAMA,
+    "gptj": _GPTJ,
+    "codegen": _GPTJ,
+    "mixformer-sequential": _MIXFORMER,
+    "phi-msft": _MIXFORMER,
     "minicpm3": _family(class_defaults={"qk_rope_head_dim": 32}, head_dim_key="qk_rope_head_dim"),
 }
 
-_GPT2_STYLE_KEYS = MappingProxyType(
-    {"hidden_size": "n_embd", "num_attention_heads": "n_head", "max_position_embeddings": "n_positions"}
-)
-ATTRIBUTE_MAPS: dict[str, MappingProxyType[str, str]] = {
-    "gptj": _GPT2_STYLE_KEYS,
-    "codegen": _GPT2_STYLE_KEYS,
-    "mixformer-sequential": _GPT2_STYLE_KEYS,
-    "phi-msft": _GPT2_STYLE_KEYS,
-}
-"""Config classes whose files write GPT-2-style keys (``attribute_map``: canonical key -> the key in the file):
-GPTJConfig, CodeGenConfig, and the remote-code MixFormer configs of the first phi-1.5/phi-2 releases. Their
-``rotary_dim`` (the rotating channels) sits next to them. transformers 5 has no rope_parameters for these
-classes, so they are kept out of FAMILIES (whose entries are checked against transformers)."""
+
 
 POSITION_ALIASES: dict[str, str] = {"glm4v_moe": "glm4v", "glm46v": "glm4v"}
 """Model types outside FAMILIES whose M-RoPE position ids are another family's (transformers 5.24 runs the

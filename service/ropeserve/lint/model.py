@@ -15,7 +15,6 @@ from ropeserve.config import (
     normalize_config,
     validate_params,
 )
-from ropeserve.config.families import ATTRIBUTE_MAPS
 from ropeserve.config.normalize import TEXT_CONFIG_PATHS, factor_for_rotary_dim, layer_type_labels
 from ropeserve.config.schema import ROPE_TYPE_KEYS
 from ropeserve.errors import InvalidInput
@@ -70,7 +69,7 @@ class ModelView:
         raw_text, text_pointer = _text_section(document)
         model_type = raw_text.get("model_type") or document.get("model_type")
         family = family_of(model_type if isinstance(model_type, str) else None)
-        document, filled = _as_config_class(document, raw_text, text_pointer)
+        document, filled = _as_config_class(document, raw_text, text_pointer, family)
         text, _ = _text_section(document)
         try:
             normalized, error = normalize_config(document, validate=False), None
@@ -160,7 +159,7 @@ def check_computable(params: RopeParams, sources: Mapping[str, str] | None = Non
 
 
 def _as_config_class(
-    document: Mapping[str, Any], text: Mapping[str, Any], text_pointer: str
+    document: Mapping[str, Any], text: Mapping[str, Any], text_pointer: str, family: ModelFamily
 ) -> tuple[Mapping[str, Any], dict[str, str]]:
     """``document`` with its text section completed as the model's config class completes it: keys written
     under ``attribute_map`` aliases (GPT-J's ``n_embd``) and a top-level ``rotary_dim`` as
@@ -168,7 +167,7 @@ def _as_config_class(
     (``document`` itself when nothing is missing) and the pointers it filled -> their real source."""
     added: dict[str, Any] = {}
     filled: dict[str, str] = {}
-    for key, alias in ATTRIBUTE_MAPS.get(str(text.get("model_type")), {}).items():
+    for key, alias in family.attribute_map.items():
         if key not in text and alias in text:
             added[key], filled[pointers.join(text_pointer, key)] = text[alias], pointers.join(text_pointer, alias)
     factor = _rotary_dim_factor({**text, **added})

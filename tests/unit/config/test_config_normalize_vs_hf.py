@@ -280,7 +280,12 @@ def minimal_config(model_type: str) -> dict[str, Any]:
     return {"model_type": text.model_type, **shape}
 
 
-@pytest.mark.parametrize("model_type", sorted(set(FAMILIES) - {"glm4v", "glm4v_text"}))
+WITHOUT_ROPE_PARAMETERS = {"gptj", "codegen", "mixformer-sequential", "phi-msft"}
+"""Families whose transformers 5.24 config class has no rope_parameters (GPT-J era, rotary_dim) or that exist only
+as remote code (MixFormer): the family table holds their key aliases and pairing, nothing to compare."""
+
+
+@pytest.mark.parametrize("model_type", sorted(set(FAMILIES) - {"glm4v", "glm4v_text"} - WITHOUT_ROPE_PARAMETERS))
 def test_family_class_defaults_match_transformers(model_type: str) -> None:
     """What our family table fills in for an omitted key is what the transformers config class fills in."""
     assert_config_matches_hf(minimal_config(model_type))

@@ -240,3 +240,12 @@ def test_llama3_rope_needs_vllm_0_5_3(engine: str, refused: bool) -> None:
 def test_mrope_saved_as_default_type_needs_vllm_0_6_3(engine: str, refused: bool) -> None:
     report = lint(real_config("apjanco__es_qwen2_vl_pangea.json"), {"engines": [engine]})
     assert (findings(report, "RS511") == [("vllm", "error")]) is refused
+
+
+def test_gpt_j_keys_and_pairing_come_from_the_family_table() -> None:
+    """phi-2's first config already writes GPT-J's keys (n_embd, n_head, n_positions, rotary_dim); read as a
+    ``gptj`` file it also gets GPT-J's interleaved pairing."""
+    config = build_config({"config": "microsoft__phi-2.mixformer.json", "patch": {"/model_type": "gptj"}})
+    report = lint(config, {"engines": ["vllm"], "pairing": "gptj"})
+    assert (report.model["head_dim"], report.model["rotary_dim"], report.model["pairing"]) == (80, 32, "gptj")
+    assert not errors(report) and not findings(report, "RS601")
