@@ -139,7 +139,6 @@ FAMILIES: dict[str, ModelFamily] = {
 }
 
 
-
 POSITION_ALIASES: dict[str, str] = {"glm4v_moe": "glm4v", "glm46v": "glm4v"}
 """Model types outside FAMILIES whose M-RoPE position ids are another family's (transformers 5.24 runs the
 identical ``get_rope_index``)."""
