@@ -7,12 +7,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
 
 from ropeserve import __version__
 from ropeserve.cli_lint import EXIT_FINDINGS, add_lint_commands
+
+SERVER_MODULES = ("torch", "numpy", "fastapi", "uvicorn", "pydantic", "pydantic_settings", "prometheus_client")
+"""What ``serve`` needs beyond the lint-only base install (the ``server`` extra)."""
+
+
+def _missing_server_modules() -> list[str]:
+    return [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
 
 
 def _setting_name(loc: tuple[int | str, ...]) -> str:
@@ -21,6 +29,14 @@ def _setting_name(loc: tuple[int | str, ...]) -> str:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    missing = _missing_server_modules()
+    if missing:
+        print(
+            f"ropeserve serve: the service needs the 'server' extra (missing: {', '.join(missing)}); "
+            "install it with: pip install 'ropeserve[server]'",
+            file=sys.stderr,
+        )
+        return 2
     from pydantic import ValidationError
 
     from ropeserve.api import create_app

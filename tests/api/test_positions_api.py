@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from fastapi.testclient import TestClient
@@ -18,6 +21,7 @@ ROWS = [
     [{"text": 5}, {"video": [2, 6, 4], "second_per_grid_t": 1.25}, {"text": 0}, {"image": [1, 2, 2]}, {"text": 1}],
 ]
 SAFETENSORS = {"accept": "application/x-safetensors"}
+CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "configs"
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +41,21 @@ def test_segment_form_equals_transformers_get_rope_index(client: TestClient, fam
     body = post(client, "/v1/mrope/positions", {"family": family, "rows": ROWS, "padding_side": "left"})
     batch = render_tokens(ROWS, family, 2, left=True)
     expected_ids, expected_deltas = hf_get_rope_index(family, input_ids=batch.input_ids, **batch.kwargs())
+    assert torch.equal(torch.tensor(body["position_ids"]), expected_ids)
+    assert torch.equal(torch.tensor(body["mrope_position_deltas"]), expected_deltas)
+
+
+def test_qwen3_5_config_gets_its_positions_from_the_family_table(client: TestClient) -> None:
+    """The Qwen3.5 fixture (model_type qwen3_5, interleaved M-RoPE) through /v1/mrope/positions: 200 and
+    transformers' Qwen3_5Model.get_rope_index; cos/sin already accepted the same config."""
+    config = json.loads((CONFIGS / "Qwen__Qwen3.5-0.8B.json").read_text(encoding="utf-8"))
+    rows = [
+        [{"text": 3}, {"image": [1, 4, 6]}, {"text": 2}, {"video": [3, 4, 8], "frame_gaps": 2}, {"text": 4}],
+        [{"text": 5}, {"video": [2, 6, 4], "frame_gaps": [1]}, {"text": 0}, {"image": [1, 2, 2]}, {"text": 1}],
+    ]
+    body = post(client, "/v1/mrope/positions", {"config": config, "rows": rows, "padding_side": "left"})
+    batch = render_tokens(rows, "qwen3_5", 2, left=True)
+    expected_ids, expected_deltas = hf_get_rope_index("qwen3_5", input_ids=batch.input_ids, **batch.kwargs())
     assert torch.equal(torch.tensor(body["position_ids"]), expected_ids)
     assert torch.equal(torch.tensor(body["mrope_position_deltas"]), expected_deltas)
 

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
-LOADTEST = Path(__file__).resolve().parents[2] / "loadtest"
-sys.path.insert(0, str(LOADTEST))
+from hostile import HOSTILE_PREFIX, AnswerBook, problem_check  # loadtest/, on pytest's pythonpath (pyproject.toml)
+from report import Sample, build_report, users_per_second, write_markdown
+from scenarios import users_at
 
-from hostile import HOSTILE_PREFIX, AnswerBook, problem_check  # noqa: E402
-from report import Sample, build_report, users_per_second, write_markdown  # noqa: E402
-from scenarios import users_at  # noqa: E402
+LOADTEST = Path(__file__).resolve().parents[2] / "loadtest"
 
 RUN = {
     "scenario": "overload",

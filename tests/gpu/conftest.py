@@ -1,14 +1,10 @@
-"""CUDA tests: skipped without a device; they reuse the kernel parity cases of tests/unit/kernels."""
+"""CUDA tests: skipped without a device; they reuse the kernel parity cases of tests/unit/kernels (on pytest's
+``pythonpath``, pyproject.toml)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "kernels"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -13,12 +13,7 @@ import httpx
 import pytest
 
 from ropeserve_client.testing import LocalServer
-
-BODY_CAP_BYTES = 8 << 20
-QUEUE_SIZE = 2
-BATCH_WINDOW_S = 1.5
-BATCH_MAX_TOKENS = 64
-ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+from support import BATCH_MAX_TOKENS, BATCH_WINDOW_S, BODY_CAP_BYTES, ONE_THREAD, QUEUE_SIZE
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,12 @@ import psutil
 import torch
 from safetensors.torch import save
 
+BODY_CAP_BYTES = 8 << 20
+QUEUE_SIZE = 2
+BATCH_WINDOW_S = 1.5
+BATCH_MAX_TOKENS = 64
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+"""Settings of the servers in conftest.py that the tests also need (one place, imported by both)."""
 SAFETENSORS = {"content-type": "application/x-safetensors"}
 ROPE_APPLY, MROPE_APPLY, RESAMPLE = "/v1/rope/apply", "/v1/mrope/apply", "/v1/pe/resample"
 TENSOR_ENDPOINTS = (ROPE_APPLY, MROPE_APPLY, RESAMPLE)

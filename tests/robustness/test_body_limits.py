@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import httpx
-from conftest import BODY_CAP_BYTES
+
+from ropeserve_client.testing import LocalServer
 from support import (
+    BODY_CAP_BYTES,
     ROPE_APPLY,
     assert_healthy,
     open_socket,
@@ -15,8 +17,6 @@ from support import (
     rss_mb,
     send_until_refused,
 )
-
-from ropeserve_client.testing import LocalServer
 
 CLAIMED_BYTES = 1 << 30
 MAX_RSS_GROWTH_MB = 50

@@ -6,8 +6,10 @@ from __future__ import annotations
 import time
 
 import httpx
-from conftest import BATCH_WINDOW_S
+
+from ropeserve_client.testing import LocalServer
 from support import (
+    BATCH_WINDOW_S,
     DROPPED_METRIC,
     ROPE_APPLY,
     assert_healthy,
@@ -19,8 +21,6 @@ from support import (
     server_5xx,
     wait_for,
 )
-
-from ropeserve_client.testing import LocalServer
 
 HEADERS = {"content-type": "application/x-safetensors"}
 ABANDONED_UPLOADS = 20

@@ -15,10 +15,10 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import positive_data_acceptance
-from support import VALID_BODIES
 from test_malformed_bodies import CORPUS
 
 from ropeserve_client.testing import LocalServer
+from support import VALID_BODIES
 
 LIVE_EXAMPLES_PER_OPERATION = int(os.environ.get("ROPESERVE_LIVE_FUZZ_EXAMPLES", "40"))
 SAFETENSORS_MEDIA = "application/x-safetensors"

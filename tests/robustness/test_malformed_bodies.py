@@ -10,6 +10,7 @@ import httpx
 import pytest
 import torch
 from safetensors.torch import load
+
 from support import (
     RESAMPLE,
     ROPE_APPLY,

@@ -6,8 +6,8 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-from conftest import BATCH_MAX_TOKENS
-from support import ROPE_APPLY, SAFETENSORS, assert_problem, median_latency_s, rope_body, server_5xx
+
+from support import BATCH_MAX_TOKENS, ROPE_APPLY, SAFETENSORS, assert_problem, median_latency_s, rope_body, server_5xx
 
 BURST = 32
 ROUNDS = 3

@@ -13,14 +13,16 @@ from hypothesis import strategies as st
 from transformers.models.glm4v.modeling_glm4v import Glm4vModel
 from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5Model
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
 
-FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v")
-SPLIT_FAMILIES = {"qwen3_vl", "glm4v"}
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "glm4v")
+SPLIT_FAMILIES = {"qwen3_vl", "qwen3_5", "glm4v"}
 HF_MODEL_CLASSES = {
     "qwen2_vl": Qwen2VLModel,
     "qwen2_5_vl": Qwen2_5_VLModel,
     "qwen3_vl": Qwen3VLModel,
+    "qwen3_5": Qwen3_5Model,
     "glm4v": Glm4vModel,
 }
 TEXT_ID, IMAGE_ID, VIDEO_ID = 100, 151655, 151656

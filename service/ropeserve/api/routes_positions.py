@@ -146,7 +146,7 @@ def vision_config(config: Mapping[str, Any]) -> VisionConfig:
 class MRopeModel(StrictModel):
     """Which M-RoPE family and vision settings: ``family`` and/or a ``preset``/``config`` to read them from."""
 
-    family: str | None = Field(None, description="qwen2_vl, qwen2_5_vl, qwen3_vl, glm4v (or an alias).")
+    family: str | None = Field(None, description="qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5, glm4v (or an alias).")
     preset: str | None = Field(None, description="A preset whose model_type and vision_config give the family.")
     config: dict[str, Any] | None = Field(None, description="A config.json giving model_type and vision_config.")
     spatial_merge_size: Int64 | None = Field(None, ge=1, le=64, description="Default: the config's, else the family's.")

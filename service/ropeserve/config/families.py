@@ -14,6 +14,25 @@ from typing import Any, Literal
 MropeLayout = Literal["chunked", "interleaved"]
 
 
+TemporalRuleName = Literal["frame_index", "seconds", "frame_blocks"]
+
+
+@dataclass(frozen=True)
+class MropePositions:
+    """How a vision-language family builds M-RoPE position ids (read by ``ropeserve.positions``).
+
+    ``name`` is the canonical family name of ``/v1/mrope/positions``; ``temporal_rule`` names how video frames map
+    onto the temporal axis (``positions.families.TemporalRule``); token ids and ``tokens_per_second`` are the
+    released checkpoints' defaults."""
+
+    name: str
+    temporal_rule: TemporalRuleName
+    image_token_id: int
+    video_token_id: int
+    spatial_merge_size: int = 2
+    tokens_per_second: float | None = None
+
+
 @dataclass(frozen=True)
 class ModelFamily:
     """What a model type implies beyond its config file."""
@@ -25,16 +44,38 @@ class ModelFamily:
     head_dim_key: str | None = None
     legacy_longrope_aliases: frozenset[str] = frozenset({"su"})
     pairing: Literal["neox", "gptj"] = "neox"
+    positions: MropePositions | None = None
+    attribute_map: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """The config class's ``attribute_map``: canonical key -> the key this family's files write (GPT-J's n_embd)."""
 
 
 def _family(**kwargs: Any) -> ModelFamily:
     defaults = kwargs.pop("class_defaults", {})
-    return ModelFamily(class_defaults=MappingProxyType(defaults), **kwargs)
+    aliases = kwargs.pop("attribute_map", {})
+    return ModelFamily(class_defaults=MappingProxyType(defaults), attribute_map=MappingProxyType(aliases), **kwargs)
 
 
-_QWEN2_VL = _family(default_theta=1e6, mrope_section=(16, 24, 24), mrope_layout="chunked")
-_QWEN3_VL = _family(default_theta=5e5, mrope_section=(24, 20, 20), mrope_layout="interleaved")
-_GLM4V = _family(mrope_section=(8, 12, 12), mrope_layout="chunked", pairing="gptj")
+_QWEN_VISION_IDS = (151655, 151656)
+_QWEN2_VL_ROPE = {"default_theta": 1e6, "mrope_section": (16, 24, 24), "mrope_layout": "chunked"}
+_QWEN2_VL = _family(**_QWEN2_VL_ROPE, positions=MropePositions("qwen2_vl", "frame_index", *_QWEN_VISION_IDS))
+# Released Qwen2.5-VL checkpoints set vision_config.tokens_per_second = 2 (the config class default is 4).
+_QWEN2_5_VL = _family(
+    **_QWEN2_VL_ROPE, positions=MropePositions("qwen2_5_vl", "seconds", *_QWEN_VISION_IDS, tokens_per_second=2.0)
+)
+_QWEN2_5_OMNI = _family(**_QWEN2_VL_ROPE)
+"""Omni's position ids also interleave audio: not served by /v1/mrope/positions."""
+_QWEN3_VL = _family(
+    default_theta=5e5,
+    mrope_section=(24, 20, 20),
+    mrope_layout="interleaved",
+    positions=MropePositions("qwen3_vl", "frame_blocks", *_QWEN_VISION_IDS),
+)
+_GLM4V = _family(
+    mrope_section=(8, 12, 12),
+    mrope_layout="chunked",
+    pairing="gptj",
+    positions=MropePositions("glm4v", "frame_blocks", 151343, 151344),
+)
 _GEMMA3_TEXT = _family(
     default_theta=1e6,
     class_defaults={
@@ -48,20 +89,29 @@ _GEMMA3_TEXT = _family(
     },
 )
 _DEEPSEEK = _family(class_defaults={"qk_rope_head_dim": 64}, head_dim_key="qk_rope_head_dim", pairing="gptj")
+_GPT2_STYLE_KEYS = {"hidden_size": "n_embd", "num_attention_heads": "n_head", "max_position_embeddings": "n_positions"}
+"""GPTJConfig / CodeGenConfig ``attribute_map``; the remote-code MixFormer configs of the first phi-1.5/phi-2
+releases write the same keys. Their ``rotary_dim`` (the rotating channels) sits next to them."""
+_GPTJ = _family(attribute_map=_GPT2_STYLE_KEYS, pairing="gptj")
+"""GPT-J and CodeGen rotate interleaved pairs (rotate_every_two)."""
+_MIXFORMER = _family(attribute_map=_GPT2_STYLE_KEYS)
+_LLAMA = _family(class_defaults={"hidden_size": 4096, "num_attention_heads": 32, "max_position_embeddings": 2048})
+"""LlamaConfig's defaults: a sparse ``text_config`` (llava-1.5) leaves them out."""
 _QWEN3_5 = _family(
     class_defaults={"partial_rotary_factor": 0.25, "head_dim": 256},
     mrope_section=(11, 11, 10),
     mrope_layout="interleaved",
+    positions=MropePositions("qwen3_5", "frame_blocks", 248056, 248057),
 )
 
 FAMILIES: dict[str, ModelFamily] = {
     "qwen2_vl": _QWEN2_VL,
     "qwen2_vl_text": _QWEN2_VL,
-    "qwen2_5_vl": _QWEN2_VL,
-    "qwen2_5_vl_text": _QWEN2_VL,
-    "qwen2_5_omni": _QWEN2_VL,
-    "qwen2_5_omni_thinker": _QWEN2_VL,
-    "qwen2_5_omni_text": _QWEN2_VL,
+    "qwen2_5_vl": _QWEN2_5_VL,
+    "qwen2_5_vl_text": _QWEN2_5_VL,
+    "qwen2_5_omni": _QWEN2_5_OMNI,
+    "qwen2_5_omni_thinker": _QWEN2_5_OMNI,
+    "qwen2_5_omni_text": _QWEN2_5_OMNI,
     "qwen3_vl": _QWEN3_VL,
     "qwen3_vl_text": _QWEN3_VL,
     "qwen3_vl_moe": _QWEN3_VL,
@@ -80,7 +130,18 @@ FAMILIES: dict[str, ModelFamily] = {
     "glm": _family(class_defaults={"partial_rotary_factor": 0.5, "head_dim": 128}, pairing="gptj"),
     "cohere": _family(default_theta=500_000.0, pairing="gptj"),
     "gpt_neox": _family(class_defaults={"partial_rotary_factor": 0.25}),
+    "llama": _LLAMA,
+    "gptj": _GPTJ,
+    "codegen": _GPTJ,
+    "mixformer-sequential": _MIXFORMER,
+    "phi-msft": _MIXFORMER,
+    "minicpm3": _family(class_defaults={"qk_rope_head_dim": 32}, head_dim_key="qk_rope_head_dim"),
 }
+
+
+POSITION_ALIASES: dict[str, str] = {"glm4v_moe": "glm4v", "glm46v": "glm4v"}
+"""Model types outside FAMILIES whose M-RoPE position ids are another family's (transformers 5.24 runs the
+identical ``get_rope_index``)."""
 
 GENERIC = ModelFamily()
 

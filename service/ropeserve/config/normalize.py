@@ -391,7 +391,7 @@ class _Resolver:
             candidates = [self.from_text(key), self.from_class(key), *candidates]
         value = self.first("head_dim", *[(src, v) for src, v in candidates if v])
         if value is None:
-            hidden = self.text.get("hidden_size")
+            hidden = self.text.get("hidden_size") or self.family.class_defaults.get("hidden_size")
             heads = self.text.get("num_attention_heads") or self.family.class_defaults.get("num_attention_heads")
             if isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
                 self.sources["head_dim"] = f"{self.pointer}/hidden_size"

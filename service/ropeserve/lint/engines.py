@@ -25,7 +25,8 @@ TOKENIZER_SENTINEL = 10**15
 
 @dataclass(frozen=True)
 class Support:
-    """One cell of the §6 matrix: Y, P (caveat, reported by its own rule), N (refused), ? (not verified)."""
+    """One cell of the §6 matrix: Y, P (caveat, reported by its own rule), N (refused), ? (not verified),
+    D (dropped: the engine ignores the scaling and runs the unscaled rope, right only inside the trained length)."""
 
     level: str
     since: str | None = None
@@ -49,10 +50,14 @@ VLLM_ONLY = _row(N, Y, N, N, N)
 SUPPORT: dict[str, dict[str, Support]] = {
     "default": _row(Y, Y, Y, Y, Y),
     "linear": _row(Y, Y, Y, P, Y),
-    "dynamic": _row(Y, P, P, Y, Support("N", note="llama.cpp has no dynamic NTK scaling type")),
+    "dynamic": _row(
+        Y, P, P, Y, Support("D", note="llama.cpp's converter drops dynamic NTK scaling; the GGUF runs unscaled rope")
+    ),
     "yarn": _row(Y, Y, Y, P, Y),
     "longrope": _row(Y, P, Y, P, P),
-    "llama3": _row(Support("Y", "4.43.0", "llama3 rope type"), Y, Y, Y, Y),
+    "llama3": _row(
+        Support("Y", "4.43.0", "llama3 rope type"), Support("Y", "0.5.3", "Llama 3.1 rope scaling"), Y, Y, Y
+    ),
     "mrope_chunked": _row(Support("Y", "4.45.0", "Qwen2-VL M-RoPE"), Y, Y, Y, Y),
     "mrope_interleaved": _row(
         Support("Y", "4.57.0", "Qwen3-VL interleaved M-RoPE"),
@@ -281,13 +286,19 @@ def _sglang_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None) 
     dropped = entry is not None and (
         entry.has("original_max_position_embeddings") or entry.get("rope_type") == "llama3"
     )
-    factor = 1 if dropped else written
+    per_layer_type = len(view.layers) > 1
+    factor = 1 if dropped or per_layer_type else written
     found = length_keys(view, SGLANG_LENGTH_KEYS)
     key = next(iter(found), None)
     base, source = (found[key], key) if key else (ENGINE_DEFAULT_LENGTH, "no length key: SGLang assumes 2048")
     derived = scaled_length(base, factor)
     if factor != 1:
         source += f" x factor {factor:g}"
+    elif per_layer_type and written != 1:
+        source += (
+            " (factor not applied: under transformers 5 rope_scaling is the per-layer-type rope_parameters, "
+            "which has no top-level factor)"
+        )
     elif written != 1:
         source += " (factor dropped: the rope dict has original_max_position_embeddings or is llama3)"
     return EngineLength(

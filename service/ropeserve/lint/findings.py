@@ -60,6 +60,10 @@ class Hit:
     fix: str
     engine: str | None = None
     artifact: str = "config"
+    severity: Severity | None = None
+    """Overrides the rule's severity for this hit (a rule whose outcome depends on the deployment)."""
+    reference: str | None = None
+    """Overrides the rule's reference (e.g. the engine's own source for an engine-specific hit)."""
 
 
 @dataclass(frozen=True)
@@ -72,22 +76,34 @@ class Rule:
     reference: str
     catalogue: str | None
     check: Callable[[LintContext], Iterable[Hit]]
+    basis: str | None = None
+    """The maintainers' research note the rule was derived from (not shipped; never shown as the reference)."""
 
     @property
     def help_uri(self) -> str:
-        if self.reference.startswith("http"):
+        if self.reference.startswith("https://"):
             return self.reference.split()[0]
         return f"{DOCS_URI}#{self.id.lower()}"
 
 
 @dataclass(frozen=True)
 class Finding:
+    """A rule's hit. ``unasked`` marks an engine-specific finding for an engine nobody asked for, reported at
+    info (see ``lint.linter.default_target_severity``)."""
+
     rule: Rule
     hit: Hit
+    unasked: bool = False
+
+    @property
+    def reference(self) -> str:
+        return self.hit.reference or self.rule.reference
 
     @property
     def severity(self) -> Severity:
-        return self.rule.severity
+        if self.unasked:
+            return Severity.INFO
+        return self.hit.severity if self.hit.severity is not None else self.rule.severity
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -100,11 +116,16 @@ class Finding:
             "engine": self.hit.engine,
             "message": self.hit.message,
             "fix": self.hit.fix,
-            "reference": self.rule.reference,
+            "reference": self.reference,
         }
 
 
 RULES: dict[str, Rule] = {}
+
+
+def docs_anchor(rule_id: str) -> str:
+    """The rule's row in the shipped docs: the reference of a rule without a public upstream source."""
+    return f"docs/lint.md#{rule_id.lower()}"
 
 
 def rule(
@@ -124,7 +145,8 @@ def rule(
     def register(check: Callable[[LintContext], Iterable[Hit]]) -> Callable[[LintContext], Iterable[Hit]]:
         if rule_id in RULES:
             raise ValueError(f"duplicate rule id {rule_id}")
-        RULES[rule_id] = Rule(rule_id, name, family, severity, summary, reference, catalogue, check)
+        public, basis = (reference, None) if reference.startswith("https://") else (docs_anchor(rule_id), reference)
+        RULES[rule_id] = Rule(rule_id, name, family, severity, summary, public, catalogue, check, basis)
         return check
 
     return register

@@ -100,6 +100,8 @@ class DeploymentIntent:
     """What the deployment will do with the config.
 
     * **engines** - target engines with version constraints (default: all five, any version).
+    * **engines_asked** - whether ``engines`` was given (flag, intent file or HTTP field). With the default
+      targets, a finding about one engine's support is reported at info unless it holds for every engine.
     * **max_model_len** - requested context length (vLLM ``max_model_len``, SGLang ``context_length``,
       llama.cpp ``n_ctx``); ``None`` lets each engine pick its default.
     * **dtype** - model dtype the rope tables are cast to; ``None`` reads the config's (``torch_dtype``/``dtype``).
@@ -113,6 +115,7 @@ class DeploymentIntent:
     """
 
     engines: tuple[EngineTarget, ...] = tuple(EngineTarget(name) for name in ENGINES)
+    engines_asked: bool = False
     max_model_len: int | None = None
     dtype: str | None = None
     phase_dtype: str = "float32"
@@ -132,7 +135,7 @@ class DeploymentIntent:
         if not isinstance(data, Mapping):
             raise InvalidInput("intent must be a JSON object", field=pointer)
         check_json_numbers(data, pointer)
-        known = {f.name for f in fields(cls)} | set(LENGTH_KEYS)
+        known = {f.name for f in fields(cls) if f.name != "engines_asked"} | set(LENGTH_KEYS)
         unknown = sorted(set(data) - known)
         if unknown:
             raise InvalidInput(
@@ -140,6 +143,7 @@ class DeploymentIntent:
             )
         return cls(
             engines=_engines(data.get("engines"), f"{pointer}/engines"),
+            engines_asked=data.get("engines") is not None,
             max_model_len=_requested_length(data, pointer),
             dtype=_optional_dtype(data.get("dtype"), f"{pointer}/dtype"),
             phase_dtype=_optional_dtype(data.get("phase_dtype"), f"{pointer}/phase_dtype") or "float32",
@@ -160,7 +164,7 @@ class DeploymentIntent:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "engines": [str(t) for t in self.engines],
+            "engines": [str(t) for t in self.engines] if self.engines_asked else None,
             "max_model_len": self.max_model_len,
             "dtype": self.dtype,
             "phase_dtype": self.phase_dtype,

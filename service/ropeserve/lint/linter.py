@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import ropeserve.lint.rules  # noqa: F401  (registers the rules)
@@ -33,7 +35,9 @@ def lint_config(
         if document is not None:
             check_json_numbers(document, f"/{name}")
     context = LintContext.build(config, intent or DeploymentIntent(), tokenizer_config, draft_config)
-    findings = [Finding(rule, hit) for rule in RULES.values() for hit in rule.check(context)]
+    findings = default_target_severity(
+        [Finding(rule, hit) for rule in RULES.values() for hit in rule.check(context)], context.intent
+    )
     findings.sort(key=lambda f: (-f.severity, f.rule.id, f.hit.artifact, f.hit.pointer, f.hit.engine or ""))
     return LintReport(
         findings=tuple(findings),
@@ -42,6 +46,33 @@ def lint_config(
         model=_model_summary(context),
         intent=context.intent,
     )
+
+
+def default_target_severity(findings: list[Finding], intent: DeploymentIntent) -> list[Finding]:
+    """Apply the default-target rule (docs/lint.md#default-targets).
+
+    When nobody asked for engines (no ``--engine``, no ``engines`` in the intent file or HTTP body), every
+    engine is a target only so that the report can say how each one would behave: a finding about one
+    engine is then reported at info. It keeps its severity when the same rule hits the same place for every
+    target engine (a fault that breaks every engine) or when it is engine-independent.
+    """
+    if intent.engines_asked:
+        return findings
+    every = {target.name for target in intent.engines}
+    engines_per_place: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    for finding in findings:
+        if finding.hit.engine is not None:
+            engines_per_place[_place(finding)].add(finding.hit.engine)
+    return [
+        replace(finding, unasked=True)
+        if finding.hit.engine is not None and engines_per_place[_place(finding)] != every
+        else finding
+        for finding in findings
+    ]
+
+
+def _place(finding: Finding) -> tuple[str, str, str]:
+    return finding.rule.id, finding.hit.artifact, finding.hit.pointer
 
 
 def _model_summary(context: LintContext) -> dict[str, Any]:

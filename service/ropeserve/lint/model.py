@@ -15,7 +15,7 @@ from ropeserve.config import (
     normalize_config,
     validate_params,
 )
-from ropeserve.config.normalize import TEXT_CONFIG_PATHS, layer_type_labels
+from ropeserve.config.normalize import TEXT_CONFIG_PATHS, factor_for_rotary_dim, layer_type_labels
 from ropeserve.config.schema import ROPE_TYPE_KEYS
 from ropeserve.errors import InvalidInput
 from ropeserve.lint import pointers
@@ -57,14 +57,20 @@ class ModelView:
     normalized: NormalizedConfig | None = None
     error: InvalidInput | None = None
     layers: dict[str, RopeParams] = field(default_factory=dict)
+    filled: Mapping[str, str] = field(default_factory=dict)
+    """Pointers of keys the linter filled in as the config class does (``/hidden_size`` from ``n_embd``, a
+    class default) -> where the value really came from (``/n_embd``, ``default:class:hidden_size``)."""
 
     @classmethod
     def build(cls, config: Mapping[str, Any], rope_override: Mapping[str, Any] | None = None) -> ModelView:
         if not isinstance(config, Mapping):
             raise InvalidInput("config must be a JSON object", field="/config")
         document = _with_override(config, rope_override) if rope_override is not None else config
-        text, text_pointer = _text_section(document)
-        model_type = text.get("model_type") or document.get("model_type")
+        raw_text, text_pointer = _text_section(document)
+        model_type = raw_text.get("model_type") or document.get("model_type")
+        family = family_of(model_type if isinstance(model_type, str) else None)
+        document, filled = _as_config_class(document, raw_text, text_pointer, family)
+        text, _ = _text_section(document)
         try:
             normalized, error = normalize_config(document, validate=False), None
         except InvalidInput as failure:
@@ -75,11 +81,12 @@ class ModelView:
             text=text,
             text_pointer=text_pointer,
             model_type=model_type if isinstance(model_type, str) else None,
-            family=family_of(model_type if isinstance(model_type, str) else None),
+            family=family,
             entries=_rope_entries(text, text_pointer),
             normalized=normalized,
-            error=error,
+            error=error if error is None or not error.field else _refiled(error, filled),
             layers=layers,
+            filled=filled,
         )
 
     @property
@@ -112,7 +119,8 @@ class ModelView:
         """Where ``key`` of ``layer_type`` came from: a JSON pointer, or ``default:...``."""
         if self.normalized is None:
             return "default"
-        return self.normalized.sources.get(layer_type, {}).get(key, "default")
+        source = self.normalized.sources.get(layer_type, {}).get(key, "default")
+        return self.filled.get(source, source)
 
     def pointer(self, layer_type: str, key: str) -> str:
         """A JSON pointer for ``key``: its source, or where it belongs in the rope dict when defaulted."""
@@ -148,6 +156,58 @@ def check_computable(params: RopeParams, sources: Mapping[str, str] | None = Non
         raise InvalidInput(f"rope_theta {params.rope_theta:g} must exceed 1", field="rope_theta")
     if params.head_dim > MAX_HEAD_DIM:
         raise InvalidInput(f"head_dim {params.head_dim} exceeds {MAX_HEAD_DIM}", field="head_dim")
+
+
+def _as_config_class(
+    document: Mapping[str, Any], text: Mapping[str, Any], text_pointer: str, family: ModelFamily
+) -> tuple[Mapping[str, Any], dict[str, str]]:
+    """``document`` with its text section completed as the model's config class completes it: keys written
+    under ``attribute_map`` aliases (GPT-J's ``n_embd``) and a top-level ``rotary_dim`` as
+    ``partial_rotary_factor``. Returns the completed document
+    (``document`` itself when nothing is missing) and the pointers it filled -> their real source."""
+    added: dict[str, Any] = {}
+    filled: dict[str, str] = {}
+    for key, alias in family.attribute_map.items():
+        if key not in text and alias in text:
+            added[key], filled[pointers.join(text_pointer, key)] = text[alias], pointers.join(text_pointer, alias)
+    factor = _rotary_dim_factor({**text, **added})
+    if factor is not None:
+        added["partial_rotary_factor"] = factor
+        filled[pointers.join(text_pointer, "partial_rotary_factor")] = pointers.join(text_pointer, "rotary_dim")
+    if not added:
+        return document, filled
+    completed = copy.deepcopy(dict(document))
+    section = pointers.resolve(completed, text_pointer)
+    section.update(added)
+    return completed, filled
+
+
+def _rotary_dim_factor(text: Mapping[str, Any]) -> float | None:
+    """``partial_rotary_factor`` for a top-level ``rotary_dim`` (GPT-J, CodeGen, MixFormer), when the head size
+    is known from ``head_dim`` or ``hidden_size / num_attention_heads`` and the width fits it; else None."""
+    rotary_dim = text.get("rotary_dim")
+    if "partial_rotary_factor" in text or "rotary_pct" in text or not _positive_int(rotary_dim):
+        return None
+    head_dim = text.get("head_dim")
+    if not _positive_int(head_dim):
+        hidden, heads = text.get("hidden_size"), text.get("num_attention_heads")
+        head_dim = hidden // heads if _positive_int(hidden) and _positive_int(heads) else None
+    if head_dim is None or not 0 < rotary_dim <= head_dim <= MAX_HEAD_DIM:
+        return None
+    return factor_for_rotary_dim(rotary_dim, head_dim)
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63
+
+
+def _refiled(error: InvalidInput, filled: Mapping[str, str]) -> InvalidInput:
+    """``error`` pointing at the key the file wrote rather than at one the linter filled in."""
+    source = filled.get(error.field or "")
+    if source is None or not source.startswith("/"):
+        return error
+    error.field = source
+    return error
 
 
 def _with_override(config: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -34,6 +35,29 @@ def resolve(document: Any, pointer: str, default: Any = None) -> Any:
         else:
             return default
     return node
+
+
+DELETE = "$delete"
+
+
+def patched(document: Mapping[str, Any], patch: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A copy of ``document`` with each pointer of ``patch`` set to its value (``DELETE`` removes the member).
+
+    Missing or non-object parents on the way are replaced by empty objects (the fixtures' patch format).
+    """
+    result = copy.deepcopy(dict(document))
+    for pointer, value in (patch or {}).items():
+        *parents, last = split(pointer)
+        node = result
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        if value == DELETE:
+            node.pop(last, None)
+        else:
+            node[last] = copy.deepcopy(value)
+    return result
 
 
 def line_of(lines: Mapping[str, int], pointer: str) -> int:

@@ -163,7 +163,7 @@ def _sarif_result(
             "pointer": hit.pointer,
             "engine": hit.engine,
             "fix": hit.fix,
-            "reference": finding.rule.reference,
+            "reference": finding.reference,
         },
     }
 
@@ -202,7 +202,7 @@ def _finding_lines(finding: Finding) -> list[str]:
         f"  {finding.severity.label:<8}{finding.rule.id} {finding.rule.name}{engine} at {where}",
         f"          {hit.message}",
         f"          fix: {hit.fix}",
-        f"          ref: {finding.rule.reference}",
+        f"          ref: {finding.reference}",
     ]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from ropeserve.config.families import FAMILIES, POSITION_ALIASES, MropePositions
 from ropeserve.errors import InvalidInput
 
 __all__ = [
@@ -73,24 +74,36 @@ class MRopeFamily:
     """Only read when ``temporal_rule.scales_by_seconds``."""
 
 
-_QWEN_IMAGE_TOKEN_ID = 151655
-_QWEN_VIDEO_TOKEN_ID = 151656
+TEMPORAL_RULES: dict[str, TemporalRule] = {rule.name: rule for rule in (FRAME_INDEX, SECONDS, FRAME_BLOCKS)}
+
+
+def _from_config(spec: MropePositions) -> MRopeFamily:
+    return MRopeFamily(
+        spec.name,
+        TEMPORAL_RULES[spec.temporal_rule],
+        spec.spatial_merge_size,
+        spec.image_token_id,
+        spec.video_token_id,
+        spec.tokens_per_second,
+    )
+
 
 MROPE_FAMILIES: dict[str, MRopeFamily] = {
-    "qwen2_vl": MRopeFamily("qwen2_vl", FRAME_INDEX, 2, _QWEN_IMAGE_TOKEN_ID, _QWEN_VIDEO_TOKEN_ID),
-    # Released Qwen2.5-VL checkpoints set vision_config.tokens_per_second = 2 (the config class default is 4):
-    # pass the checkpoint's value when it differs.
-    "qwen2_5_vl": MRopeFamily("qwen2_5_vl", SECONDS, 2, _QWEN_IMAGE_TOKEN_ID, _QWEN_VIDEO_TOKEN_ID, 2.0),
-    "qwen3_vl": MRopeFamily("qwen3_vl", FRAME_BLOCKS, 2, _QWEN_IMAGE_TOKEN_ID, _QWEN_VIDEO_TOKEN_ID),
-    "glm4v": MRopeFamily("glm4v", FRAME_BLOCKS, 2, 151343, 151344),
+    spec.name: _from_config(spec)
+    for spec in dict.fromkeys(family.positions for family in FAMILIES.values() if family.positions is not None)
 }
-"""Family name -> defaults. transformers 5.24 uses the identical algorithm for the aliases below."""
+"""Family name -> defaults, built from the model-family table (``ropeserve.config.families``), the one place
+that says which model types have M-RoPE and how their positions run."""
 
 MROPE_FAMILY_ALIASES: dict[str, str] = {
-    "qwen3_vl_moe": "qwen3_vl",
-    "glm4v_moe": "glm4v",
-    "glm46v": "glm4v",
+    **{
+        model_type: family.positions.name
+        for model_type, family in FAMILIES.items()
+        if family.positions is not None and model_type != family.positions.name
+    },
+    **POSITION_ALIASES,
 }
+"""Other model types (``qwen3_vl_moe``, ``qwen3_5_text``, ``glm46v``...) -> their family."""
 
 
 def get_mrope_family(family: str | MRopeFamily) -> MRopeFamily:

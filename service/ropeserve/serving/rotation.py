@@ -16,7 +16,7 @@ import json
 import time
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -30,7 +30,9 @@ from ropeserve.rope.tables import MAX_POSITION, Pairing, RopeTable, TableCache, 
 from ropeserve.serving.batcher import Batcher, BatchObserver, DisconnectCheck, Timed
 from ropeserve.serving.buffers import BodyBuffers
 from ropeserve.serving.codec import METADATA_KEY, EncodedSafetensors, SafetensorsPayload, encode_safetensors
-from ropeserve.settings import Settings
+
+if TYPE_CHECKING:  # injected by the api layer; serving does not import the settings module
+    from ropeserve.settings import Settings
 
 REQUIRED_TENSORS = ("q", "positions")
 OPTIONAL_TENSORS = ("k",)

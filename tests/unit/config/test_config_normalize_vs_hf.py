@@ -257,7 +257,10 @@ def assert_config_matches_hf(config: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("name", list(real_configs()))
 def test_real_config_matches_transformers(name: str) -> None:
-    assert_config_matches_hf(real_configs()[name])
+    config = real_configs()[name]
+    if config.get("model_type") not in CONFIG_MAPPING:
+        pytest.skip(f"{config.get('model_type')!r} is remote code: transformers 5.24 has no config class for it")
+    assert_config_matches_hf(config)
 
 
 @pytest.mark.parametrize("name", sorted(preset_catalog()))
@@ -277,7 +280,12 @@ def minimal_config(model_type: str) -> dict[str, Any]:
     return {"model_type": text.model_type, **shape}
 
 
-@pytest.mark.parametrize("model_type", sorted(set(FAMILIES) - {"glm4v", "glm4v_text"}))
+WITHOUT_ROPE_PARAMETERS = {"gptj", "codegen", "mixformer-sequential", "phi-msft"}
+"""Families whose transformers 5.24 config class has no rope_parameters (GPT-J era, rotary_dim) or that exist only
+as remote code (MixFormer): the family table holds their key aliases and pairing, nothing to compare."""
+
+
+@pytest.mark.parametrize("model_type", sorted(set(FAMILIES) - {"glm4v", "glm4v_text"} - WITHOUT_ROPE_PARAMETERS))
 def test_family_class_defaults_match_transformers(model_type: str) -> None:
     """What our family table fills in for an omitted key is what the transformers config class fills in."""
     assert_config_matches_hf(minimal_config(model_type))

@@ -10,12 +10,23 @@ from pathlib import Path
 from typing import Any
 
 from ropeserve.lint import DeploymentIntent, LintReport, lint_config
-from ropeserve.lint.pointers import split
+from ropeserve.lint.pointers import DELETE, patched
+
+__all__ = [
+    "CONFIGS",
+    "DELETE",
+    "LINT_FIXTURES",
+    "build_config",
+    "lint",
+    "patched",
+    "real_config",
+    "rule_ids",
+    "with_snippet",
+]
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 CONFIGS = FIXTURES / "configs"
 LINT_FIXTURES = FIXTURES / "lint"
-DELETE = "$delete"
 
 
 @cache
@@ -33,26 +44,6 @@ def with_snippet(config: dict[str, Any], snippet_name: str) -> dict[str, Any]:
     config = copy.deepcopy(config)
     config["rope_scaling"] = copy.deepcopy(snippet.get("rope_scaling", snippet))
     return config
-
-
-def patched(config: Mapping[str, Any], patch: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A copy of ``config`` with each pointer set to its value (``DELETE`` removes the member).
-
-    Missing or non-object parents on the way are replaced by empty objects.
-    """
-    result = copy.deepcopy(dict(config))
-    for pointer, value in (patch or {}).items():
-        *parents, last = split(pointer)
-        node = result
-        for part in parents:
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node = node[part]
-        if value == DELETE:
-            node.pop(last, None)
-        else:
-            node[last] = copy.deepcopy(value)
-    return result
 
 
 def build_config(spec: Mapping[str, Any]) -> dict[str, Any]:

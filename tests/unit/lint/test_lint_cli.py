@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -169,9 +170,9 @@ def test_explain_plot_without_matplotlib_exits_two(tmp_path: Path) -> None:
     blocker = tmp_path / "matplotlib"
     blocker.mkdir()
     (blocker / "__init__.py").write_text("raise ImportError('blocked for the test')")
-    code = (
-        f"import sys; sys.path.insert(0, {str(tmp_path)!r}); from ropeserve.cli import main; "
-        f"sys.exit(main(['explain', {LLAMA!r}, '--plot', {str(tmp_path / 'x.png')!r}]))"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    argv = ["explain", LLAMA, "--plot", str(tmp_path / "x.png")]
+    code = f"import sys; from ropeserve.cli import main; sys.exit(main({argv!r}))"
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert result.returncode == 2 and "pip install 'ropeserve[plot]'" in result.stderr

@@ -65,7 +65,7 @@ def test_yarn_card_snippet_needs_the_sglang_override() -> None:
         "config": "Qwen__Qwen2.5-7B-Instruct.json",
         "rope_scaling_snippet": "Qwen__Qwen2.5-7B-Instruct.yarn-snippet.json",
     }
-    report = lint(build_config(spec), {"max_model_len": 131072})
+    report = lint(build_config(spec), {"max_model_len": 131072, "engines": list(ENGINES)})
     errors = [f for f in report.findings if f.severity.label == "error"]
     assert [(f.rule.id, f.hit.engine) for f in errors] == [("RS301", "sglang")]
 

@@ -75,7 +75,12 @@ CASES: list[tuple[str, Side, Side]] = [
     ("RS109", side(LLAMA, {"/rope_scaling/rope_theta": 10000.0}), side(LLAMA, {"/rope_scaling/rope_theta": 500000.0})),
     ("RS110", side(MISTRAL, {"/rotary_emb_base": 1e6}), side(MISTRAL)),
     ("RS111", side(MISTRAL, {"/rope_theta": -1.0}), side(MISTRAL)),
-    ("RS112", side(MISTRAL, {"/rope_theta": DELETE}), side(MISTRAL)),
+    ("RS112", side(QWEN25VL, {"/rope_theta": DELETE}), side(MISTRAL, {"/rope_theta": DELETE})),
+    (
+        "RS114",
+        side(QWEN3VL, {"/rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, engines=HF),
+        side(QWEN3VL, {"/rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, engines=["transformers==4.57.0"]),
+    ),
     (
         "RS113",
         side(MISTRAL, {"/rope_parameters": {"rope_type": "proportional", "partial_rotary_factor": 0.25}}, engines=VLLM),
@@ -104,6 +109,11 @@ CASES: list[tuple[str, Side, Side]] = [
     ),
     ("RS303", side(QWEN_YARN), side(QWEN_YARN, {"/max_position_embeddings": 131072})),
     ("RS304", side(GEMMA3), side(MISTRAL, LINEAR_2)),
+    (
+        "RS312",
+        side(MISTRAL, LINEAR_2, engines=VLLM),
+        side(MISTRAL, {**LINEAR_2, "/rope_scaling/original_max_position_embeddings": 32768}, engines=VLLM),
+    ),
     (
         "RS305",
         side(QWEN, tokenizer_config={"model_max_length": 8192}),
@@ -164,6 +174,11 @@ CASES: list[tuple[str, Side, Side]] = [
     ("RS507", side(QWEN25VL), side(QWEN25VL, {"/rope_scaling/type": "default"})),
     ("RS508", side(QWEN25VL, engines=LLAMA_CPP), side(QWEN25VL, engines=VLLM)),
     ("RS509", side(QWEN25VL, {"/rope_scaling": DELETE}), side(QWEN25VL)),
+    (
+        "RS511",
+        side("apjanco__es_qwen2_vl_pangea.json", engines=["vllm==0.6.2"]),
+        side("apjanco__es_qwen2_vl_pangea.json", engines=["vllm>=0.6.3"]),
+    ),
     ("RS510", side(QWEN3VL, mrope_layout="chunked"), side(QWEN3VL, mrope_layout="interleaved")),
     ("RS601", side(LLAMA, pairing="gptj"), side(LLAMA, pairing="neox")),
     (
@@ -216,7 +231,7 @@ def test_rule_metadata_is_complete() -> None:
         assert rule.id[2] == FAMILIES[rule.family][2], rule.id
         assert rule.name == rule.name.lower() and " " not in rule.name
         assert rule.summary.endswith("."), rule.id
-        assert rule.reference.startswith(("http", "engines-and-config-lint.md", "transformers-rope-spec.md"))
+        assert rule.reference.startswith("https://") or rule.reference == f"docs/lint.md#{rule.id.lower()}"
 
 
 def test_findings_carry_pointer_fix_and_reference() -> None:

@@ -8,6 +8,7 @@ from ropeserve.config import RopeParams
 from ropeserve.config.schema import ROPE_TYPE_ALIASES
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.model import RopeEntry
+from ropeserve.lint.versions import Version
 
 LEGACY_TYPE_NAMES = {"su": "longrope", **ROPE_TYPE_ALIASES}
 YARN_TYPES = frozenset({"yarn", "deepseek_yarn"})
@@ -40,3 +41,7 @@ def fmt(value: float | int | None) -> str:
     if float(value).is_integer():
         return f"{int(value):,}"
     return f"{value:.3g}"
+
+
+TRANSFORMERS_5 = Version.parse("5.0.0")
+"""transformers 5 changed rope standardisation and validation (rope_parameters)."""

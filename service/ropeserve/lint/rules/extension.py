@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
 from ropeserve.lint.rules.common import YARN_TYPES, canonical_type, entries, fmt, rope_layers
@@ -118,12 +119,28 @@ def yarn_mscale_generic_path(ctx: LintContext) -> Iterator[Hit]:
             )
 
 
+TRAINED_KEYS = (
+    "factor",
+    "original_max_position_embeddings",
+    "low_freq_factor",
+    "high_freq_factor",
+    "beta_fast",
+    "beta_slow",
+    "mscale",
+    "mscale_all_dim",
+    "short_factor",
+    "long_factor",
+)
+"""Parameters a checkpoint's long-context scaling was trained with: an override must not change them silently."""
+
+
 @rule(
     "RS405",
     "override-replaces-trained-scaling",
     family="extension",
     severity=WARNING,
-    summary="A rope override replaces the checkpoint's trained long-context scaling with another type.",
+    summary="A rope override replaces the checkpoint's trained long-context scaling, or keeps its type but changes "
+    "a trained parameter.",
     reference="https://github.com/vllm-project/vllm/issues/10537",
     catalogue="EXT-005",
 )
@@ -131,7 +148,9 @@ def override_replaces_trained_scaling(ctx: LintContext) -> Iterator[Hit]:
     trained, served = ctx.original.main, ctx.model.main
     if ctx.intent.rope_override is None or trained is None or served is None:
         return
-    if trained.rope_type in TRAINED_SCALING and served.rope_type != trained.rope_type:
+    if trained.rope_type not in TRAINED_SCALING:
+        return
+    if served.rope_type != trained.rope_type:
         yield Hit(
             "/rope_override",
             f"the override turns the trained {trained.rope_type} scaling into {served.rope_type}; the checkpoint "
@@ -140,6 +159,24 @@ def override_replaces_trained_scaling(ctx: LintContext) -> Iterator[Hit]:
             f"same type ({trained.rope_type}) based on the original length.",
             artifact="intent",
         )
+        return
+    for key in TRAINED_KEYS:
+        was, now = getattr(trained, key), getattr(served, key)
+        if was is not None and now != was:
+            yield Hit(
+                pointers.join("/rope_override", key),
+                f"the override keeps {trained.rope_type} but changes the trained {key} from {_brief(was)} to "
+                f"{_brief(now)}: the checkpoint's weights were fitted to {_brief(was)}",
+                f"Keep {key} = {_brief(was)} (drop it from the override) unless the checkpoint was re-trained with "
+                "the new value.",
+                artifact="intent",
+            )
+
+
+def _brief(value: object) -> str:
+    if isinstance(value, tuple | list):
+        return f"[{len(value)} values starting {value[0]:g}]" if value else "[]"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 @rule(

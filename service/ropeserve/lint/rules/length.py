@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
+from ropeserve.config import RopeParams
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.engines import (
@@ -19,7 +21,7 @@ from ropeserve.lint.engines import (
     tokenizer_limit,
 )
 from ropeserve.lint.findings import NOTE, Hit, Severity, rule
-from ropeserve.lint.rules.common import YARN_TYPES, fmt
+from ropeserve.lint.rules.common import TRANSFORMERS_5, YARN_TYPES, fmt
 from ropeserve.lint.spectrum import effective_factor, finite_positive
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -60,14 +62,37 @@ def engine_refuses_length(ctx: LintContext) -> Iterator[Hit]:
             if short_cache
             else f"{length.override_env}=1 lifts the check (its rope cache covers the length)"
         )
-        yield ctx.hit(
-            _length_pointer(ctx),
-            f"{engine} derives a maximum of {fmt(length.derived)} ({length.derived_from}) and refuses "
-            f"{ENGINE_LENGTH_FLAG[engine]} {fmt(requested)} at startup",
-            f"Lower the requested length to {fmt(length.derived)}, or make the config state the extended length; "
-            f"{override}.",
-            engine=engine,
+        hit = replace(
+            ctx.hit(
+                _derived_pointer(ctx, length.derived_from),
+                f"{engine} derives a maximum of {fmt(length.derived)} ({length.derived_from}) and refuses "
+                f"{ENGINE_LENGTH_FLAG[engine]} {fmt(requested)} at startup",
+                f"Lower the requested length to {fmt(length.derived)}, or make the config state the extended "
+                f"length; {override}.",
+                engine=engine,
+            ),
+            reference=ENGINE_LENGTH_REFERENCE[engine],
         )
+        yield replace(hit, artifact="tokenizer_config") if hit.pointer == "/model_max_length" else hit
+
+
+ENGINE_LENGTH_REFERENCE = {
+    "vllm": "https://github.com/vllm-project/vllm/issues/17924",
+    "sglang": "https://github.com/sgl-project/sglang/issues/2943",
+}
+"""Each engine's own report of its startup length check and the override variable."""
+
+
+def _derived_pointer(ctx: LintContext, derived_from: str) -> str:
+    """The key that set an engine's derived length (``derived_from`` starts with it), as a JSON pointer."""
+    key = derived_from.split(" ")[0]
+    if key == "tokenizer_config":
+        return "/model_max_length"
+    if key in ctx.model.text:
+        return pointers.join(ctx.model.text_pointer, key)
+    if key == "original_max_position_embeddings":
+        return ctx.model.pointer("full_attention", key)
+    return _length_pointer(ctx)
 
 
 @rule(
@@ -115,11 +140,16 @@ def yarn_length_mismatch(ctx: LintContext) -> Iterator[Hit]:
         per_engine = ", ".join(
             f"{engine} {fmt(length.derived)}" for engine, length in ctx.lengths.items() if length.derived
         )
+        transformers = ctx.intent.target("transformers")
+        recompute = (
+            f"; some transformers 4.x versions recompute factor = {limit / original:g} from the two lengths (#38224)"
+            if transformers is not None and transformers.spec.may_predate(TRANSFORMERS_5)
+            else ""
+        )
         yield ctx.hit(
             _length_pointer(ctx),
             f"max_position_embeddings {fmt(limit)} != original {fmt(original)} x factor {factor:g} = "
-            f"{fmt(extended)}; derived lengths: {per_engine}; some transformers 4.x versions recompute "
-            f"factor = {limit / original:g} from the two lengths",
+            f"{fmt(extended)}; derived lengths: {per_engine}{recompute}",
             f"Set max_position_embeddings to {fmt(extended)} (the length the yarn factor targets).",
         )
 
@@ -138,8 +168,11 @@ def factor_on_extended_length(ctx: LintContext) -> Iterator[Hit]:
     if params is None or params.rope_type not in ("linear", "dynamic") or effective_factor(params) <= 1:
         return
     limit, factor = params.max_position_embeddings or 0, effective_factor(params)
+    if ctx.model.is_gemma3:
+        yield from _gemma3_cache(ctx, params, limit, factor)
+        return
     original = params.original_max_position_embeddings or (trained and trained.original_max_position_embeddings)
-    if not (ctx.model.is_gemma3 or (original and limit > original)):
+    if not (original and limit > original):
         return
     caches = [f"{engine} {fmt(cache_rows_for(params, engine))} rows" for engine in ctx.targeted("vllm", "sglang")]
     yield ctx.hit(
@@ -148,6 +181,22 @@ def factor_on_extended_length(ctx: LintContext) -> Iterator[Hit]:
         f"again to {fmt(limit * factor)}" + (f"; rope caches: {', '.join(caches)}" if caches else ""),
         "Keep the trained scaling of the checkpoint; to extend further, base the factor on the original length.",
     )
+
+
+def _gemma3_cache(ctx: LintContext, params: RopeParams, limit: int, factor: float) -> Iterator[Hit]:
+    """Gemma-3's factor is its trained scaling and every engine keeps its length; only vLLM's cache for the
+    full-attention layers grows by the factor (vllm#33958): an engine-specific finding."""
+    for engine in ctx.targeted("vllm"):
+        rows = cache_rows_for(params, engine)
+        if rows is None or rows <= limit:
+            continue
+        yield ctx.hit(
+            ctx.model.pointer("full_attention", "factor"),
+            f"vllm sizes the full-attention cos/sin cache by the trained factor {factor:g}: {fmt(rows)} rows for "
+            f"a {fmt(limit)}-token model (memory only; positions stay right)",
+            "Nothing to change in the config: the factor is the checkpoint's; use a vLLM with PR #33958.",
+            engine=engine,
+        )
 
 
 @rule(
@@ -308,3 +357,39 @@ def vllm_longrope_default_length(ctx: LintContext) -> Iterator[Hit]:
             f"Pass --max-model-len {fmt(length.derived)} to serve the long context.",
             engine="vllm",
         )
+
+
+@rule(
+    "RS312",
+    "length-scaled-by-factor",
+    family="length",
+    severity=WARNING,
+    summary="A linear/dynamic factor without an original length: vLLM/SGLang serve max_position_embeddings x factor.",
+    reference=f"{NOTE} §2.1 step 5, §2.2",
+)
+def length_scaled_by_factor(ctx: LintContext) -> Iterator[Hit]:
+    main = ctx.model.main
+    if main is None or main.rope_type not in ("linear", "dynamic") or ctx.model.is_gemma3:
+        return
+    limit, factor = main.max_position_embeddings, effective_factor(main)
+    if not limit or factor <= 1 or _original_length_given(ctx):
+        return
+    for engine in ctx.targeted("vllm", "sglang"):
+        length, served = ctx.lengths[engine], ctx.served(engine)
+        if length.derived is None or length.derived <= limit or served is None or served <= limit:
+            continue
+        yield ctx.hit(
+            ctx.model.pointer("full_attention", "factor"),
+            f"{engine} derives {fmt(length.derived)} = max_position_embeddings {fmt(limit)} x factor {factor:g} "
+            f"and serves {fmt(served)} positions, while transformers, TGI and llama.cpp take {fmt(limit)} as the "
+            f"model's length; if {fmt(limit)} already includes the extension, positions past it were never trained",
+            f"State the pre-extension length as original_max_position_embeddings in the rope dict (then every engine "
+            f"agrees), or serve at most {fmt(limit)} tokens on {engine}.",
+            engine=engine,
+        )
+
+
+def _original_length_given(ctx: LintContext) -> bool:
+    entry = ctx.model.main_entry
+    in_dict = entry is not None and entry.has("original_max_position_embeddings")
+    return in_dict or ctx.model.text.get("original_max_position_embeddings") is not None

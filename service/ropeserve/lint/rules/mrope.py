@@ -280,3 +280,30 @@ def mrope_layout_intent_mismatch(ctx: LintContext) -> Iterator[Hit]:
             "(t = h = w), image and video tokens get wrong frequencies",
             f"Run the {actual} layout, or fix the config if the checkpoint really is {expected}.",
         )
+
+
+VLLM_MROPE_AS_DEFAULT = Version.parse("0.6.3")
+"""First vLLM that accepts M-RoPE written as rope_type "default" + mrope_section (the transformers >= 4.45 form)."""
+
+
+@rule(
+    "RS511",
+    "vllm-mrope-default-type",
+    family="mrope",
+    severity=ERROR,
+    summary='M-RoPE written as rope_type "default" with mrope_section fails vLLM before 0.6.3 at model init.',
+    reference=f"{NOTE} §1.5",
+)
+def vllm_mrope_default_type(ctx: LintContext) -> Iterator[Hit]:
+    target = ctx.intent.target("vllm")
+    if target is None or not target.spec.may_predate(VLLM_MROPE_AS_DEFAULT):
+        return
+    for entry in entries(ctx):
+        if written_type(entry) == "default" and entry.has("mrope_section"):
+            yield ctx.hit(
+                entry.key_pointer("rope_type" if entry.has("rope_type") else "type"),
+                f"{target} may be older than 0.6.3, which asserts on M-RoPE written as type 'default' (the form "
+                "transformers >= 4.45 saves); it expects type 'mrope'",
+                'Pin vLLM >= 0.6.3, or write "type": "mrope" for the older engine.',
+                engine="vllm",
+            )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 
 from ropeserve.config.schema import allowed_keys
 from ropeserve.lint import pointers
@@ -11,7 +12,7 @@ from ropeserve.lint.context import LintContext
 from ropeserve.lint.engines import REQUIRED_KEYS, TOP_LEVEL_FOLDED, rope_kinds, support
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
 from ropeserve.lint.model import RopeEntry
-from ropeserve.lint.rules.common import YARN_TYPES, canonical_type, entries, rope_layers, written_type
+from ropeserve.lint.rules.common import TRANSFORMERS_5, YARN_TYPES, canonical_type, entries, rope_layers, written_type
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 ALLOWED_TYPE_PAIRS = (frozenset({"su", "longrope"}), frozenset({"mrope", "default"}))
@@ -24,6 +25,10 @@ ENGINE_ONLY_KEYS = {
     "short_mscale": "a vLLM-only longrope key",
     "long_mscale": "a vLLM-only longrope key",
 }
+MODEL_READ_KEYS = {
+    "llama_4_scaling_beta": "Llama-4 attention temperature; transformers (Ministral 3, Mistral 4) and vLLM read it",
+}
+"""Keys outside the rope-type schema that model code reads from the rope dict: not unknown (RS107 stays silent)."""
 ALIAS_KEYS = {
     "rotary_emb_base": "rope_theta",
     "rotary_pct": "partial_rotary_factor",
@@ -144,17 +149,42 @@ def engine_unsupported(ctx: LintContext) -> Iterator[Hit]:
     for layer_type, params in rope_layers(ctx):
         for kind in rope_kinds(params):
             for target in ctx.targets():
-                reason = support(kind, target.name).refuses(target)
-                if reason is None or (kind, target.name) in seen:
+                cell = support(kind, target.name)
+                reason = cell.refuses(target)
+                if (reason is None and cell.level != "D") or (kind, target.name) in seen:
                     continue
                 seen.add((kind, target.name))
                 key = "mrope_section" if kind.startswith("mrope") else "rope_type"
+                pointer = ctx.model.pointer(layer_type, key)
+                if reason is None:
+                    yield _dropped_scaling(ctx, pointer, kind, target.name, cell.note, params.max_position_embeddings)
+                    continue
                 yield ctx.hit(
-                    ctx.model.pointer(layer_type, key),
+                    pointer,
                     f"{target} cannot run {kind!r}: {reason}",
                     f"Pick an engine/version that supports {kind!r} (see the support matrix) or drop {target.name}.",
                     engine=target.name,
                 )
+
+
+def _dropped_scaling(ctx: LintContext, pointer: str, kind: str, engine: str, note: str, trained: int | None) -> Hit:
+    """An engine that drops the scaling runs the trained, unscaled model: info inside ``trained``, error past it."""
+    served = ctx.served(engine)
+    beyond = served is not None and trained is not None and served > trained
+    effect = (
+        f"it serves {served:,} positions, past the trained {trained or 0:,}"
+        if beyond
+        else f"the model runs as trained, which is right within its {trained or 0:,} trained positions"
+    )
+    return replace(
+        ctx.hit(
+            pointer,
+            f"{engine} does not apply {kind!r}: {note}; {effect}",
+            f"Serve at most {trained or 0:,} tokens on {engine}, or use an engine that applies {kind!r}.",
+            engine=engine,
+        ),
+        severity=ERROR if beyond else INFO,
+    )
 
 
 def _present(entry: RopeEntry, key: str, engine: str, ctx: LintContext) -> bool:
@@ -203,6 +233,7 @@ def unknown_rope_key(ctx: LintContext) -> Iterator[Hit]:
         allowed = allowed_keys(canonical_type(entry) or "default")
         if allowed is None:
             continue
+        allowed = allowed | MODEL_READ_KEYS.keys()
         for key in sorted(set(entry.data or ()) - allowed):
             why = ENGINE_ONLY_KEYS.get(key, "unknown to every engine read")
             yield ctx.hit(
@@ -317,24 +348,37 @@ def rope_theta_invalid(ctx: LintContext) -> Iterator[Hit]:
             )
 
 
+ENGINE_FALLBACK_THETA = 10_000.0
+"""The rope_theta that engines and converters reading the raw file assume when it is absent."""
+
+
 @rule(
     "RS112",
     "rope-theta-missing",
     family="schema",
     severity=WARNING,
-    summary="`rope_theta` is absent and no model class supplies it.",
+    summary="`rope_theta` is absent and the model class's default differs from the 10000 engines assume.",
     reference=f"{NOTE} §5 SCH-011",
     catalogue="SCH-011",
 )
 def rope_theta_missing(ctx: LintContext) -> Iterator[Hit]:
     for layer_type, params in rope_layers(ctx):
-        if ctx.model.source(layer_type, "rope_theta") == "default:family":
-            yield ctx.hit(
-                ctx.model.pointer(layer_type, "rope_theta"),
-                f"no rope_theta: transformers uses {params.rope_theta:g} for {ctx.model.model_type or 'this model'}"
-                ", engines and converters that read the raw file default to 10000 silently",
-                "Write the trained rope_theta explicitly.",
-            )
+        if ctx.model.source(layer_type, "rope_theta") != "default:family" or params.rope_theta == ENGINE_FALLBACK_THETA:
+            continue  # a class default of 10000 (Llama-2, Baichuan, InternLM, ChatGLM...) is what engines use too
+        yield ctx.hit(
+            _theta_pointer(ctx, layer_type),
+            f"no rope_theta: transformers uses {params.rope_theta:g} for {ctx.model.model_type or 'this model'}"
+            f", engines and converters that read the raw file default to {ENGINE_FALLBACK_THETA:g} silently",
+            "Write the trained rope_theta explicitly.",
+        )
+
+
+def _theta_pointer(ctx: LintContext, layer_type: str) -> str:
+    """Where the file would hold rope_theta: its ``rope_parameters`` dict (v5 form), else the text section."""
+    entry = next((e for e in ctx.model.entries if e.layer_type == layer_type), ctx.model.main_entry)
+    if entry is not None and "/rope_parameters" in entry.pointer:
+        return entry.key_pointer("rope_theta")
+    return pointers.join(ctx.model.text_pointer, "rope_theta")
 
 
 @rule(
@@ -358,3 +402,42 @@ def engine_support_unverified(ctx: LintContext) -> Iterator[Hit]:
                         f"Run a differential test of {engine} against transformers before deploying.",
                         engine=engine,
                     )
+
+
+WRAPPER_REQUIRED_ORIGINAL = frozenset({"yarn"})
+"""Rope types whose transformers 5 validation requires ``original_max_position_embeddings`` in the dict itself
+when nothing standardises it first (a rope dict left at the wrapper level of a nested config)."""
+
+
+@rule(
+    "RS114",
+    "wrapper-rope-dict-unloadable",
+    family="schema",
+    severity=ERROR,
+    summary="A yarn dict at the wrapper level of a nested config without original_max_position_embeddings: "
+    "transformers 5 raises KeyError at load.",
+    reference=f"{SPEC} §3.3",
+)
+def wrapper_rope_dict_unloadable(ctx: LintContext) -> Iterator[Hit]:
+    if not ctx.model.text_pointer or not ctx.targeted("transformers"):
+        return
+    target = ctx.intent.target("transformers")
+    if target is not None and target.spec.may_predate(TRANSFORMERS_5):
+        return
+    for key in ("rope_scaling", "rope_parameters"):
+        value = ctx.model.document.get(key)
+        if not isinstance(value, dict) or not value:
+            continue
+        rope_type = value.get("rope_type", value.get("type"))
+        if not isinstance(rope_type, str) or rope_type not in WRAPPER_REQUIRED_ORIGINAL:
+            continue
+        if "original_max_position_embeddings" not in value:
+            yield ctx.hit(
+                pointers.join("", key),
+                f"transformers 5 validates this top-level {rope_type} dict against the wrapper config, where nothing "
+                'fills original_max_position_embeddings: loading raises KeyError "Missing required keys in '
+                f"`rope_parameters` for 'rope_type'='{rope_type}'\" (transformers 5.24, Qwen3VLConfig)",
+                f"Move the dict into {ctx.model.text_pointer.lstrip('/')}.rope_parameters (where every engine reads "
+                "it) and give original_max_position_embeddings there.",
+                engine="transformers",
+            )

@@ -1,8 +1,0 @@
-"""Shared test helpers live in ``tests/support`` (transformers oracles); put that folder on ``sys.path``."""
-
-from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent / "support"))
