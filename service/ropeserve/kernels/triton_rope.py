@@ -302,7 +302,8 @@ def _shape_constants(n_freq: int, spec: RotationSpec, tile: Tile, dtype: torch.d
 def choose_tile(rows: int, heads: int, n_freq: int, device: torch.device) -> Tile:
     """``HEAD_STEP_CHANNELS`` rotated channels per head step; ``TOKENS_PER_PROGRAM`` tokens per program,
     fewer when that would leave fewer than ``MIN_WAVES`` programs per SM."""
-    block_h = min(triton.next_power_of_2(max(heads, 1)), max(1, HEAD_STEP_CHANNELS // (2 * triton.next_power_of_2(n_freq))))
+    head_channels = 2 * triton.next_power_of_2(n_freq)
+    block_h = min(triton.next_power_of_2(max(heads, 1)), max(1, HEAD_STEP_CHANNELS // head_channels))
     block_t = TOKENS_PER_PROGRAM
     while block_t > 1 and triton.cdiv(rows, block_t) < MIN_WAVES * _multiprocessors(device):
         block_t //= 2
