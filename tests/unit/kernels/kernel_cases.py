@@ -123,6 +123,18 @@ def parity_cases() -> list[Case]:
     return grid + edges
 
 
+BATCHES: dict[str, list[Case]] = {
+    "mixed-layouts": [Case(layout="bhtd"), Case(layout="flat", tokens=11), Case(layout="bthd", batch=3, tokens=2)],
+    "shared-positions": [Case(shared_positions=True, batch=3), Case(layout="bthd", tokens=7), Case(tokens=1, batch=1)],
+    "no-k": [Case(k_heads=0, layout="flat", tokens=6), Case(k_heads=0, layout="bhtd")],
+    "partial": [Case(rope="partial", layout="bthd"), Case(rope="partial", layout="flat", tokens=9)],
+    "mrope": [Case(rope="qwen2vl", layout="bhtd"), Case(rope="qwen2vl", layout="flat", shared_positions=True)],
+    "mrope-interleaved": [Case(rope="qwen3vl", layout="bthd", tokens=3), Case(rope="qwen3vl", layout="bhtd")],
+    "empty-member": [Case(layout="flat", tokens=0), Case(layout="bhtd", tokens=4)],
+}
+"""Requests that share a batch key (layouts differ), for the kernels' batch entry points."""
+
+
 def assert_bitwise_equal(actual: torch.Tensor | None, expected: torch.Tensor | None) -> None:
     if expected is None:
         assert actual is None

@@ -18,6 +18,7 @@ if os.environ.get("TRITON_INTERPRET") != "1":
 pytest.importorskip("triton")
 
 from kernel_cases import (  # noqa: E402
+    BATCHES,
     DTYPES,
     LAYOUT_SHAPES,
     ROPES,
@@ -78,17 +79,6 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> dict[str, LaunchCounter]:
     for name, counter in counters.items():
         monkeypatch.setattr(triton_rope, name, counter)
     return counters
-
-
-BATCHES = {
-    "mixed-layouts": [Case(layout="bhtd"), Case(layout="flat", tokens=11), Case(layout="bthd", batch=3, tokens=2)],
-    "shared-positions": [Case(shared_positions=True, batch=3), Case(layout="bthd", tokens=7), Case(tokens=1, batch=1)],
-    "no-k": [Case(k_heads=0, layout="flat", tokens=6), Case(k_heads=0, layout="bhtd")],
-    "partial": [Case(rope="partial", layout="bthd"), Case(rope="partial", layout="flat", tokens=9)],
-    "mrope": [Case(rope="qwen2vl", layout="bhtd"), Case(rope="qwen2vl", layout="flat", shared_positions=True)],
-    "mrope-interleaved": [Case(rope="qwen3vl", layout="bthd", tokens=3), Case(rope="qwen3vl", layout="bhtd")],
-    "empty-member": [Case(layout="flat", tokens=0), Case(layout="bhtd", tokens=4)],
-}
 
 
 @pytest.mark.parametrize("pairing", ["neox", "gptj"])
