@@ -92,11 +92,12 @@ def _round_to(value, ROUND: tl.constexpr):
 
 @triton.jit
 def _gather_cos_sin(
-    cos_table, sin_table, positions, slot_axes, first_row, n_rows, seq_len, pos_sa, pos_sb, pos_st,
+    cos_table, sin_table, max_row, positions, slot_axes, first_row, n_rows, seq_len, pos_sa, pos_sb, pos_st,
     N_FREQ: tl.constexpr, FREQ_PAD: tl.constexpr, BLOCK_T: tl.constexpr, ROUND: tl.constexpr,
 ):  # fmt: skip
     """cos/sin [BLOCK_T, FREQ_PAD] (rounded to the tensor dtype) of rows [first_row, first_row + BLOCK_T),
-    with their batch and token indices and the row mask."""
+    with their batch and token indices and the row mask. Positions are clamped to the table's rows
+    [0, max_row], so a broken promise about their range reads wrong rows, never outside the table."""
     rows = first_row + tl.arange(0, BLOCK_T)
     row_mask = rows < n_rows
     batch = rows.to(tl.int64) // seq_len
@@ -107,7 +108,7 @@ def _gather_cos_sin(
     position = tl.load(
         positions + (axes * pos_sa)[None, :] + (batch * pos_sb + token * pos_st)[:, None], mask=table_mask, other=0
     )
-    table_index = position * N_FREQ + slots[None, :]
+    table_index = tl.minimum(tl.maximum(position, 0), max_row) * N_FREQ + slots[None, :]
     cos = _round_to(tl.load(cos_table + table_index, mask=table_mask, other=0.0), ROUND)
     sin = _round_to(tl.load(sin_table + table_index, mask=table_mask, other=0.0), ROUND)
     return cos, sin, batch, token, row_mask
@@ -159,7 +160,7 @@ def _rotate_heads(
 
 @triton.jit
 def _rope_kernel(
-    q, q_out, k, k_out, cos_table, sin_table, positions, slot_axes, n_rows, seq_len,
+    q, q_out, k, k_out, cos_table, sin_table, max_row, positions, slot_axes, n_rows, seq_len,
     q_sb, q_st, q_sh, qo_sb, qo_st, qo_sh, k_sb, k_st, k_sh, ko_sb, ko_st, ko_sh, pos_sa, pos_sb, pos_st,
     n_q_heads, n_k_heads,
     N_FREQ: tl.constexpr, FREQ_PAD: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
@@ -168,7 +169,7 @@ def _rope_kernel(
 ):  # fmt: skip
     """One call: program p rotates rows [p·BLOCK_T, (p+1)·BLOCK_T) of q (all heads) and then of k."""
     cos, sin, batch, token, row_mask = _gather_cos_sin(
-        cos_table, sin_table, positions, slot_axes, tl.program_id(0) * BLOCK_T, n_rows, seq_len,
+        cos_table, sin_table, max_row, positions, slot_axes, tl.program_id(0) * BLOCK_T, n_rows, seq_len,
         pos_sa, pos_sb, pos_st, N_FREQ, FREQ_PAD, BLOCK_T, ROUND,
     )  # fmt: skip
     _rotate_heads(
@@ -189,7 +190,7 @@ def _job_field(job_row, COLUMN: tl.constexpr, ALIGN: tl.constexpr):
 
 @triton.jit
 def _rope_batch_kernel(
-    base, cos_table, sin_table, positions, slot_axes, jobs, n_jobs, n_q_heads, n_k_heads,
+    base, cos_table, sin_table, max_row, positions, slot_axes, jobs, n_jobs, n_q_heads, n_k_heads,
     N_FREQ: tl.constexpr, FREQ_PAD: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
     INTERLEAVE: tl.constexpr, HEAD_DIM: tl.constexpr, PASS_PAD: tl.constexpr, ROUND: tl.constexpr,
     JOBS_PAD: tl.constexpr, FIELDS: tl.constexpr, ALIGN: tl.constexpr,
@@ -204,7 +205,7 @@ def _rope_batch_kernel(
     row = jobs + job.to(tl.int64) * FIELDS
     first_row = (program - tl.load(row + 0)) * BLOCK_T
     cos, sin, batch, token, row_mask = _gather_cos_sin(
-        cos_table, sin_table, positions + tl.load(row + 11), slot_axes, first_row, tl.load(row + 1),
+        cos_table, sin_table, max_row, positions + tl.load(row + 11), slot_axes, first_row, tl.load(row + 1),
         tl.load(row + 2), tl.load(row + 12), tl.load(row + 13), tl.load(row + 14), N_FREQ, FREQ_PAD, BLOCK_T, ROUND,
     )  # fmt: skip
     q_rows = _job_field(row, 3, ALIGN) + batch * _job_field(row, 4, ALIGN) + token * _job_field(row, 5, ALIGN)
@@ -229,6 +230,11 @@ class PositionTable:
     positions: torch.Tensor
     mrope: MropeSpec | None
 
+    @property
+    def max_row(self) -> int:
+        """Last row of the table (positions are clamped to it in the kernel)."""
+        return self.cos_rows.shape[0] - 1
+
 
 def rotate_triton(
     q: torch.Tensor,
@@ -238,13 +244,16 @@ def rotate_triton(
     spec: RotationSpec,
     *,
     inplace: bool = False,
+    position_range: tuple[int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One launch rotating q and k (see the module docstring); bit-identical to ``rotate_native``.
 
     ``positions`` may be on the host (its range is read there, then it is copied to q's device) or on q's
-    device (then cos/sin are computed per token on the device instead of gathered from the cached table).
+    device: then cos/sin are gathered from the cached table if the caller states the positions' (min, max)
+    as ``position_range`` (the kernel clamps to the table, so a wrong range gives wrong values, never a
+    read outside it), else computed per token on the device.
     """
-    bounds = host_bounds([positions])
+    bounds = position_range or host_bounds([positions])
     inputs = prepare(q, k, positions, table, spec)
     _require_unit_channel_stride(inputs)
     q_out = q if inplace else torch.empty_like(q)
@@ -276,7 +285,7 @@ def _launch(
     tile = choose_tile(batch * tokens, max(n_q_heads, n_k_heads), n_freq, q4.device)
     pass_width = spec.head_dim - 2 * n_freq
     _rope_kernel[(triton.cdiv(batch * tokens, tile.block_t),)](
-        q4, q4_out, k4, k4_out, gather.cos_rows, gather.sin_rows, gather.positions,
+        q4, q4_out, k4, k4_out, gather.cos_rows, gather.sin_rows, gather.max_row, gather.positions,
         slot_axes_on(gather.mrope, n_freq, q4.device), batch * tokens, tokens,
         *q4.stride()[:3], *q4_out.stride()[:3], *k4.stride()[:3], *k4_out.stride()[:3], *gather.positions.stride(),
         n_q_heads, n_k_heads,
@@ -375,12 +384,11 @@ def rotate_triton_many(items: Sequence[BatchItem], table: RopeTable) -> None:
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """One batch launch: the lowest-addressed tensor (offsets count elements from it), the job table and
-    positions on the device, and the compile-time shape."""
+    """One batch launch: the lowest-addressed tensor (offsets count elements from it), the job table on the
+    device, the table and packed positions to gather from, and the compile-time shape."""
 
     base: torch.Tensor
     jobs: torch.Tensor
-    positions: torch.Tensor
     n_jobs: int
     programs: int
     heads: tuple[int, int]
@@ -392,7 +400,7 @@ class BatchPlan:
     def launch(self) -> None:
         n_freq = self.gather.cos_rows.shape[-1]
         _rope_batch_kernel[(self.programs,)](
-            self.base, self.gather.cos_rows, self.gather.sin_rows, self.positions,
+            self.base, self.gather.cos_rows, self.gather.sin_rows, self.gather.max_row, self.gather.positions,
             slot_axes_on(self.spec.mrope, n_freq, self.base.device), self.jobs, self.n_jobs, *self.heads,
             **_shape_constants(n_freq, self.spec, self.tile, self.base.dtype),
             JOBS_PAD=triton.next_power_of_2(self.n_jobs), FIELDS=JOB_FIELDS, ALIGN=self.align,
@@ -434,7 +442,7 @@ def _batch_plan(items: Sequence[BatchItem], table: RopeTable) -> BatchPlan | Non
     gather = PositionTable(cos_rows, sin_rows, device_positions, spec.mrope)
     vector = max(1, 16 // element)
     return BatchPlan(
-        base, packed[: len(host_rows)], device_positions, job_count, programs, (q4.shape[2], k_heads),
+        base, packed[: len(host_rows)], job_count, programs, (q4.shape[2], k_heads),
         gather, spec, tile, min(vector, alignment),
     )  # fmt: skip
 

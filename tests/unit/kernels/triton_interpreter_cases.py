@@ -111,3 +111,21 @@ def test_triton_batch_handles_views_at_any_offset(launches: dict[str, LaunchCoun
     assert launches["_rope_batch_kernel"].launches == 1
     for (q, *_), want in zip(items, expected, strict=True):
         assert_bitwise_equal(q, want)
+
+
+def test_stated_position_range_uses_the_table_and_clamps_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Positions the caller keeps on its device: a stated range selects the cached table; a range that lies
+    (positions past the table's rows) reads the last row, never outside the table."""
+    problem = build(Case(layout="bthd", tokens=6, position_range=(0, 50)))
+    monkeypatch.setattr(triton_rope, "host_bounds", lambda positions: pytest.fail("range was stated"))
+    true_range = (int(problem.positions.min()), int(problem.positions.max()))
+    expected = get_kernel("native")(problem.q, problem.k, problem.positions, problem.table, problem.spec)
+    actual = triton_rope.rotate_triton(
+        problem.q, problem.k, problem.positions, problem.table, problem.spec, position_range=true_range
+    )
+    assert_bitwise_equal(actual[0], expected[0])
+    rows = problem.table.rows[0].shape[0]
+    beyond = problem.positions + rows
+    lied = triton_rope.rotate_triton(problem.q, problem.k, beyond, problem.table, problem.spec, position_range=(0, 1))
+    clamped = torch.full_like(beyond, rows - 1)
+    assert_bitwise_equal(lied[0], get_kernel("native")(problem.q, None, clamped, problem.table, problem.spec)[0])
