@@ -253,8 +253,8 @@ def rotate_triton(
     as ``position_range`` (the kernel clamps to the table, so a wrong range gives wrong values, never a
     read outside it), else computed per token on the device.
     """
-    bounds = position_range or host_bounds([positions])
     inputs = prepare(q, k, positions, table, spec)
+    bounds = position_range or host_bounds([positions])
     _require_unit_channel_stride(inputs)
     q_out = q if inplace else torch.empty_like(q)
     k_out = k if inplace or k is None else torch.empty_like(k)
@@ -410,16 +410,14 @@ class BatchPlan:
 
 def _batch_plan(items: Sequence[BatchItem], table: RopeTable) -> BatchPlan | None:
     """The batch launch for ``items`` (validated), or None when it does not apply (see ``rotate_triton_many``)."""
-    bounds = host_bounds([positions for _, _, positions, _ in items])
-    if bounds is None or bounds[0] < 0 or not table.ensure_rows(bounds[1]):
-        return None
     views = []
     for q, k, positions, spec in items:
         inputs = prepare(q, k, positions, table, spec, positions_to_device=False)
         _require_unit_channel_stride(inputs)
         if inputs.q4.shape[:2].numel():
             views.append((inputs.q4, inputs.k4, inputs.positions))
-    if not views:
+    bounds = host_bounds([positions for _, _, positions, _ in items])
+    if not views or bounds is None or bounds[0] < 0 or not table.ensure_rows(bounds[1]):
         return None
     tensors = [x4 for q4, k4, _ in views for x4 in (q4, k4) if x4 is not None]
     base = min(tensors, key=torch.Tensor.data_ptr)

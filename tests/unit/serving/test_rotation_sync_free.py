@@ -19,7 +19,7 @@ from torch.overrides import TorchFunctionMode
 pytest.importorskip("triton")
 
 from ropeserve.config import from_explicit  # noqa: E402
-from ropeserve.errors import ServiceError  # noqa: E402
+from ropeserve.errors import InvalidInput, ServiceError  # noqa: E402
 from ropeserve.kernels import MropeSpec, RotationSpec, triton_rope  # noqa: E402
 from ropeserve.rope.tables import MAX_POSITION, TableCache  # noqa: E402
 from ropeserve.serving import REQUIRED_TENSORS, RotationOptions, RotationService, SafetensorsPayload  # noqa: E402
@@ -152,3 +152,19 @@ def test_out_of_range_positions_are_refused_before_any_device_work(
         service.prepare(payload(3, torch.tensor(bad)), RotationOptions(PARAMS, layout="flat"))
     assert 400 <= raised.value.status < 500 and raised.value.field == "positions"
     assert kernels["one"].launches == []
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.complex64, torch.float32], ids=str)
+def test_triton_refuses_non_integer_positions_before_reading_them(
+    dtype: torch.dtype, kernels: dict[str, RecordedKernel]
+) -> None:
+    """Positions of a wrong dtype are an InvalidInput (a 4xx), not an error of the host-side range read."""
+    table = TableCache().get(PARAMS, None, META)
+    q, k = qk()
+    positions = torch.zeros(6, dtype=dtype)
+    with pytest.raises(InvalidInput) as raised:
+        triton_rope.rotate_triton(q, k, positions, table, RotationSpec(64, "flat"))
+    assert raised.value.field == "positions"
+    with pytest.raises(InvalidInput):
+        triton_rope.rotate_triton_many([(q, k, positions, RotationSpec(64, "flat"))] * 2, table)
+    assert kernels["one"].launches == [] and kernels["batch"].launches == []
