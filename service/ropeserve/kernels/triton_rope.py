@@ -284,7 +284,7 @@ def _launch(
     n_freq = gather.cos_rows.shape[-1]
     tile = choose_tile(batch * tokens, max(n_q_heads, n_k_heads), n_freq, q4.device)
     pass_width = spec.head_dim - 2 * n_freq
-    _rope_kernel[(triton.cdiv(batch * tokens, tile.block_t),)](
+    _rope_kernel[(_cdiv(batch * tokens, tile.block_t),)](
         q4, q4_out, k4, k4_out, gather.cos_rows, gather.sin_rows, gather.max_row, gather.positions,
         slot_axes_on(gather.mrope, n_freq, q4.device), batch * tokens, tokens,
         *q4.stride()[:3], *q4_out.stride()[:3], *k4.stride()[:3], *k4_out.stride()[:3], *gather.positions.stride(),
@@ -298,12 +298,12 @@ def _shape_constants(n_freq: int, spec: RotationSpec, tile: Tile, dtype: torch.d
     """The compile-time constants both kernels share."""
     return {
         "N_FREQ": n_freq,
-        "FREQ_PAD": triton.next_power_of_2(n_freq),
+        "FREQ_PAD": _pow2_at_least(n_freq),
         "BLOCK_T": tile.block_t,
         "BLOCK_H": tile.block_h,
         "INTERLEAVE": INTERLEAVED[spec.pairing],
         "HEAD_DIM": spec.head_dim,
-        "PASS_PAD": triton.next_power_of_2(max(spec.head_dim - 2 * n_freq, 1)),
+        "PASS_PAD": _pow2_at_least(max(spec.head_dim - 2 * n_freq, 1)),
         "ROUND": ROUNDING[dtype],
     }
 
@@ -311,12 +311,22 @@ def _shape_constants(n_freq: int, spec: RotationSpec, tile: Tile, dtype: torch.d
 def choose_tile(rows: int, heads: int, n_freq: int, device: torch.device) -> Tile:
     """``HEAD_STEP_CHANNELS`` rotated channels per head step; ``TOKENS_PER_PROGRAM`` tokens per program,
     fewer when that would leave fewer than ``MIN_WAVES`` programs per SM."""
-    head_channels = 2 * triton.next_power_of_2(n_freq)
-    block_h = min(triton.next_power_of_2(max(heads, 1)), max(1, HEAD_STEP_CHANNELS // head_channels))
+    head_channels = 2 * _pow2_at_least(n_freq)
+    block_h = min(_pow2_at_least(max(heads, 1)), max(1, HEAD_STEP_CHANNELS // head_channels))
     block_t = TOKENS_PER_PROGRAM
-    while block_t > 1 and triton.cdiv(rows, block_t) < MIN_WAVES * _multiprocessors(device):
+    while block_t > 1 and _cdiv(rows, block_t) < MIN_WAVES * _multiprocessors(device):
         block_t //= 2
     return Tile(block_t, block_h)
+
+
+def _cdiv(a: int, b: int) -> int:
+    """⌈a / b⌉ (plain Python: ``triton.cdiv`` is a constexpr-function wrapper, slow on the host path)."""
+    return -(-a // b)
+
+
+def _pow2_at_least(n: int) -> int:
+    """Smallest power of two ≥ n (1 for n ≤ 1)."""
+    return 1 << max(n - 1, 0).bit_length()
 
 
 @cache
@@ -403,7 +413,7 @@ class BatchPlan:
             self.base, self.gather.cos_rows, self.gather.sin_rows, self.gather.max_row, self.gather.positions,
             slot_axes_on(self.spec.mrope, n_freq, self.base.device), self.jobs, self.n_jobs, *self.heads,
             **_shape_constants(n_freq, self.spec, self.tile, self.base.dtype),
-            JOBS_PAD=triton.next_power_of_2(self.n_jobs), FIELDS=JOB_FIELDS, ALIGN=self.align,
+            JOBS_PAD=_pow2_at_least(self.n_jobs), FIELDS=JOB_FIELDS, ALIGN=self.align,
             num_warps=self.tile.num_warps, enable_fp_fusion=False,
         )  # fmt: skip
 
@@ -433,7 +443,7 @@ def _batch_plan(items: Sequence[BatchItem], table: RopeTable) -> BatchPlan | Non
     tile = choose_tile(rows, max(q4.shape[2], k_heads), n_freq, q4.device)
     host_rows, host_positions, alignment = _job_rows(views, base, tile.block_t)
     job_count = len(host_rows) // JOB_FIELDS
-    programs = sum(triton.cdiv(v[0].shape[0] * v[0].shape[1], tile.block_t) for v in views)
+    programs = sum(_cdiv(v[0].shape[0] * v[0].shape[1], tile.block_t) for v in views)
     packed = upload(torch.cat([torch.tensor(host_rows, dtype=torch.int64), host_positions]), q4.device)
     cos_rows, sin_rows = table.rows
     device_positions = packed[len(host_rows) :]
@@ -469,6 +479,6 @@ def _job_rows(
         row = [first_program, batch * tokens, tokens, *geometry, position_offset, compact.shape[1] * tokens, sb, 1]
         rows += row + [0] * (JOB_FIELDS - len(row))
         packed.append(compact.flatten())
-        first_program += triton.cdiv(batch * tokens, block_t)
+        first_program += _cdiv(batch * tokens, block_t)
         position_offset += compact.numel()
     return rows, torch.cat(packed), divisor & -divisor if divisor else 1 << 30
