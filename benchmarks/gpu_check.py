@@ -9,15 +9,16 @@ Without CUDA (or Triton) it says so and exits 0. With a device:
    ``Qwen2RotaryEmbedding`` + ``apply_rotary_pos_emb`` at a serving size.
 2. Bandwidth: rotation of q and k (28 + 4 heads × 128), flat and [B, H, T, D], bf16 and fp32, T = 1024 .. 65536,
    as a multiple of a device copy of the same bytes measured in the same run (1.00× = copy speed): transformers
-   eager, ``torch.compile`` of that eager formula, Triton out of place and in place (positions on the device with
-   their range stated: the pure kernel), Triton in place with host positions (the service's call: positions
-   copied per call), and the batch entry point over 8 requests of T/8 tokens in place.
+   eager, Triton out of place and in place (positions on the device with their range stated: the pure kernel),
+   Triton in place with host positions (the service's call: positions copied per call), and the batch entry
+   point over 8 requests of T/8 tokens in place.
 3. Host cost per call at T=1024: wall time of back-to-back calls (no sync between them) against the GPU time.
-4. Tile sweep (T=65536, bf16, flat, in place): the kernel time per (tokens per program, head-step channels,
+4. Tile sweep (T=65536, bf16, flat, in place): the kernel time per (tokens per program, heads per step,
    warps), to pick ``TOKENS_PER_PROGRAM`` / ``HEAD_STEP_CHANNELS`` in ``kernels/triton_rope.py``.
+5. ``torch.compile`` of the eager formula (dynamic shapes) beside Triton in place, T ≥ 8192.
 
-Sections 2-4 stop adding rows once ``--budget-s`` seconds have passed (torch.compile dominates). Exits 1 when
-any parity case differs.
+Sections 4 and 5 stop adding rows once ``--budget-s`` seconds have passed since parity ended (compiling
+dominates). Exits 1 when any parity case differs.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ import torch
 from ropeserve.config import from_explicit
 from ropeserve.kernels import MropeSpec, RotationSpec, get_kernel
 from ropeserve.rope.tables import RopeTable, TableCache
+
+if importlib.util.find_spec("triton") is not None:  # main() says so and stops when it is missing
+    from ropeserve.kernels import triton_rope
 
 ROPES: dict[str, dict[str, Any]] = {
     "llama-like": {"rope_theta": 500_000.0, "head_dim": 128},
@@ -150,8 +154,6 @@ def check_parity(device: torch.device) -> int:
 
 def check_batch_parity(device: torch.device) -> int:
     """The batch entry point over requests of one batch key in mixed layouts, against native per request."""
-    from ropeserve.kernels.triton_rope import rotate_triton_many
-
     native = get_kernel("native")
     failures = 0
     for dtype in (torch.bfloat16, torch.float32):
@@ -161,7 +163,7 @@ def check_batch_parity(device: torch.device) -> int:
                 for layout, tokens in (("flat", 300), ("bhtd", 77), ("bthd", 5), ("flat", 1))
             ]
             items = [(p.q.clone(), p.k.clone(), p.positions.cpu(), p.spec) for p in problems]
-            rotate_triton_many(items, problems[0].table)
+            triton_rope.rotate_triton_many(items, problems[0].table)
             for p, (q, k, _, _) in zip(problems, items, strict=True):
                 failures += mismatches(
                     f"batch {rope} {dtype} {p.spec.layout}", (q, k), native(p.q, p.k, p.positions, p.table, p.spec)
@@ -242,7 +244,7 @@ def theoretical_bandwidth(device: torch.device) -> float | None:
 
 
 class Budget:
-    """Seconds left for the optional rows (sections 2-4)."""
+    """Seconds left for the optional rows (sections 4 and 5)."""
 
     def __init__(self, seconds: float) -> None:
         self.deadline = time.perf_counter() + seconds
@@ -251,10 +253,8 @@ class Budget:
         return time.perf_counter() > self.deadline
 
 
-def candidates(p: Problem, layout: str, with_compile: bool, device: torch.device) -> dict[str, Callable[[], Any]]:
+def candidates(p: Problem, layout: str, device: torch.device) -> dict[str, Callable[[], Any]]:
     """What each column times (positions are 0..T-1: the cached table covers them)."""
-    from ropeserve.kernels.triton_rope import rotate_triton, rotate_triton_many
-
     host_positions = p.positions.cpu()
     tokens = p.positions.shape[-1]
     stated = (0, tokens - 1)
@@ -275,42 +275,82 @@ def candidates(p: Problem, layout: str, with_compile: bool, device: torch.device
         formula = eager_formula(layout, *eager)
         positions_2d = p.positions.reshape(1, -1)
         columns["transformers eager"] = lambda: formula(p.q, p.k, positions_2d)
-        if with_compile:
-            compiled = torch.compile(formula, dynamic=True)
-            columns["torch.compile eager"] = lambda: compiled(p.q, p.k, positions_2d)
-    columns["triton out"] = lambda: rotate_triton(p.q, p.k, p.positions, p.table, p.spec, position_range=stated)
-    columns["triton in"] = lambda: rotate_triton(
-        q_work, k_work, p.positions, p.table, p.spec, inplace=True, position_range=stated
+    columns["triton out"] = lambda: triton_rope.rotate_triton(
+        p.q, p.k, p.positions, p.table, p.spec, position_range=stated
     )
-    columns["triton in, host pos"] = lambda: rotate_triton(
+    columns["triton in"] = kernel_in_place(p)
+    columns["triton in, host pos"] = lambda: triton_rope.rotate_triton(
         q_work, k_work, host_positions, p.table, p.spec, inplace=True
     )
-    columns["triton batch x8 in"] = lambda: rotate_triton_many(items, p.table)
+    columns["triton batch x8 in"] = lambda: triton_rope.rotate_triton_many(items, p.table)
     return columns
 
 
-def report_bandwidth(device: torch.device, budget: Budget, with_compile: bool) -> None:
+BANDWIDTH_ROWS = [
+    *(("flat", dtype, tokens) for dtype in (torch.bfloat16, torch.float32) for tokens in (1024, 8192, 65_536)),
+    *(("bhtd", dtype, tokens) for dtype in (torch.bfloat16, torch.float32) for tokens in (8192, 65_536)),
+]
+COMPILE_ROWS = [row for row in BANDWIDTH_ROWS if row[2] >= 8192]
+
+
+def kernel_in_place(p: Problem) -> Callable[[], Any]:
+    """Triton in place, positions (0..T-1) on the device with their range stated: the kernel alone."""
+    stated = (0, p.positions.shape[-1] - 1)
+    return lambda: triton_rope.rotate_triton(
+        p.q, p.k, p.positions, p.table, p.spec, inplace=True, position_range=stated
+    )
+
+
+def copy_seconds(p: Problem) -> float:
+    """GPU time of a device copy of q's and k's bytes (the 1.00x of every ratio)."""
+    return cuda_seconds(lambda: (torch.empty_like(p.q).copy_(p.q), torch.empty_like(p.k).copy_(p.k)))
+
+
+def row_name(layout: str, dtype: torch.dtype, tokens: int) -> str:
+    return f"{layout} {str(dtype).removeprefix('torch.')} T={tokens}"
+
+
+def report_bandwidth(device: torch.device) -> None:
     peak = theoretical_bandwidth(device)
     peak_text = f"{peak / 1e9:.0f} GB/s theoretical" if peak else "theoretical bandwidth unknown"
     print(f"2. Bandwidth on {torch.cuda.get_device_name(device)} ({peak_text}); time as a multiple of a device copy")
     header_done = False
-    rows = [("flat", dtype, tokens) for dtype in (torch.bfloat16, torch.float32) for tokens in (1024, 8192, 65_536)]
-    rows += [("bhtd", dtype, tokens) for dtype in (torch.bfloat16, torch.float32) for tokens in (8192, 65_536)]
-    for layout, dtype, tokens in rows:
-        if budget.spent():
-            print(f"  (time budget spent: rows from {layout} {dtype} T={tokens} on skipped)")
-            return
+    for layout, dtype, tokens in BANDWIDTH_ROWS:
         p = problem(Case("llama-like", dtype, layout, batch=1, tokens=tokens), device, sequential=True)
-        moved = 2 * (p.q.nbytes + p.k.nbytes)
-        copy = cuda_seconds(lambda: (torch.empty_like(p.q).copy_(p.q), torch.empty_like(p.k).copy_(p.k)))  # noqa: B023
-        columns = candidates(p, layout, with_compile and not budget.spent(), device)
-        ratios = {name: cuda_seconds(fn) / copy for name, fn in columns.items()}
+        copy = copy_seconds(p)
+        ratios = {name: cuda_seconds(fn) / copy for name, fn in candidates(p, layout, device).items()}
         if not header_done:
             print("  " + " | ".join([f"{'case':22s}", "copy GB/s", *(f"{name:>19s}" for name in ratios)]))
             header_done = True
-        name = f"{layout} {str(dtype).removeprefix('torch.')} T={tokens}"
-        cells = [f"{name:22s}", f"{moved / copy / 1e9:9.0f}", *(f"{ratio:18.2f}x" for ratio in ratios.values())]
-        print("  " + " | ".join(cells))
+        moved = 2 * (p.q.nbytes + p.k.nbytes)
+        cells = [f"{row_name(layout, dtype, tokens):22s}", f"{moved / copy / 1e9:9.0f}"]
+        print("  " + " | ".join([*cells, *(f"{ratio:18.2f}x" for ratio in ratios.values())]))
+
+
+def report_compile(device: torch.device, budget: Budget) -> None:
+    """torch.compile (dynamic shapes, one compiled function per layout) of the eager formula beside the kernel."""
+    eager = transformers_eager(device)
+    if eager is None:
+        print("5. torch.compile: transformers is not installed")
+        return
+    print("5. torch.compile of the eager formula vs Triton in place (x copy; compile time in brackets)")
+    compiled = {layout: torch.compile(eager_formula(layout, *eager), dynamic=True) for layout in LAYOUTS}
+    for layout, dtype, tokens in COMPILE_ROWS:
+        if budget.spent():
+            print(f"  (time budget spent: rows from {row_name(layout, dtype, tokens)} on skipped)")
+            return
+        p = problem(Case("llama-like", dtype, layout, batch=1, tokens=tokens), device, sequential=True)
+        copy = copy_seconds(p)
+        positions_2d = p.positions.reshape(1, -1)
+        started = time.perf_counter()
+        compiled[layout](p.q, p.k, positions_2d)
+        compile_s = time.perf_counter() - started
+        compile_ratio = cuda_seconds(lambda: compiled[layout](p.q, p.k, positions_2d)) / copy  # noqa: B023
+        triton_ratio = cuda_seconds(kernel_in_place(p)) / copy
+        print(
+            f"  {row_name(layout, dtype, tokens):22s} torch.compile {compile_ratio:5.2f}x ({compile_s:4.1f} s)"
+            f"  triton in place {triton_ratio:5.2f}x"
+        )
 
 
 # --- 3. host cost --------------------------------------------------------------------------------------------------
@@ -318,15 +358,13 @@ def report_bandwidth(device: torch.device, budget: Budget, with_compile: bool) -
 
 def report_host_cost(device: torch.device) -> None:
     """Wall time per call of back-to-back calls at T=1024 (launch-bound) against their GPU time."""
-    from ropeserve.kernels.triton_rope import rotate_triton
-
     p = problem(Case("llama-like", torch.bfloat16, "flat", batch=1, tokens=1024), device, sequential=True)
     host_positions = p.positions.cpu()
     calls = {
-        "device positions, range stated": lambda: rotate_triton(
-            p.q, p.k, p.positions, p.table, p.spec, inplace=True, position_range=(0, 1023)
+        "device positions, range stated": kernel_in_place(p),
+        "host positions (service call)": lambda: triton_rope.rotate_triton(
+            p.q, p.k, host_positions, p.table, p.spec, inplace=True
         ),
-        "host positions (service call)": lambda: rotate_triton(p.q, p.k, host_positions, p.table, p.spec, inplace=True),
     }
     print("3. Host cost per call, T=1024 bf16 flat in place (200 calls back to back, no sync between them)")
     for name, fn in calls.items():
@@ -346,8 +384,6 @@ def report_host_cost(device: torch.device) -> None:
 
 
 def sweep_tiles(device: torch.device, budget: Budget) -> None:
-    from ropeserve.kernels import triton_rope
-
     p = problem(Case("llama-like", torch.bfloat16, "flat", batch=1, tokens=65_536), device, sequential=True)
     copy = cuda_seconds(lambda: (torch.empty_like(p.q).copy_(p.q), torch.empty_like(p.k).copy_(p.k)))
     chosen = triton_rope.choose_tile
@@ -366,11 +402,7 @@ def sweep_tiles(device: torch.device, budget: Budget) -> None:
                 print("  (time budget spent: sweep cut short)")
                 break
             triton_rope.choose_tile = lambda *args, tile=tile: tile  # type: ignore[misc]
-            seconds = cuda_seconds(
-                lambda: triton_rope.rotate_triton(
-                    p.q, p.k, p.positions, p.table, p.spec, inplace=True, position_range=(0, 65_535)
-                )
-            )
+            seconds = cuda_seconds(kernel_in_place(p))
             results.append((seconds / copy, tile))
     finally:
         triton_rope.choose_tile = chosen
@@ -380,7 +412,7 @@ def sweep_tiles(device: torch.device, budget: Budget) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--budget-s", type=float, default=200.0, help="seconds for sections 2-4 after parity")
+    parser.add_argument("--budget-s", type=float, default=200.0, help="seconds for sections 4-5 after parity")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
     parser.add_argument("--no-sweep", action="store_true", help="skip the tile sweep")
     args = parser.parse_args()
@@ -393,10 +425,12 @@ def main() -> int:
     device = torch.device("cuda")
     failures = check_parity(device)
     budget = Budget(args.budget_s)
-    report_bandwidth(device, budget, not args.no_compile)
+    report_bandwidth(device)
     report_host_cost(device)
     if not args.no_sweep:
         sweep_tiles(device, budget)
+    if not args.no_compile:
+        report_compile(device, budget)
     return 1 if failures else 0
 
 
