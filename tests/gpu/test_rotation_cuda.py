@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import pytest
@@ -16,7 +17,7 @@ from kernel_cases import (
     build,
     parity_cases,
 )
-from safetensors.torch import save
+from safetensors.torch import load, save
 
 from ropeserve.config import from_explicit
 from ropeserve.kernels import get_kernel, select_kernel, triton_rope
@@ -113,3 +114,36 @@ def test_triton_rotation_replays_from_a_cuda_graph() -> None:
     expected = get_kernel("native")(problem.q * 2, problem.k * 2, problem.positions, problem.table, problem.spec)
     assert_bitwise_equal(q_out, expected[0])
     assert_bitwise_equal(k_out, expected[1])
+
+
+def test_service_on_cuda_answers_like_the_cpu_service() -> None:
+    """Concurrent requests (batched: one launch) through staging, kernel and copy-back equal the CPU service."""
+    params = from_explicit({"rope_theta": 10_000.0, "head_dim": 64})
+    generator = torch.Generator().manual_seed(3)
+    bodies = [
+        save(
+            {
+                "q": torch.randn(tokens, 4 * 64, generator=generator).to(torch.bfloat16),
+                "k": torch.randn(tokens, 2 * 64, generator=generator).to(torch.bfloat16),
+                "positions": torch.randint(0, 9000, (tokens,), generator=generator),
+            }
+        )
+        for tokens in (5, 300, 4096, 1)
+    ]
+    options = RotationOptions(params, layout="flat")
+
+    async def answers(device: str) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        settings = Settings(access_log=False, batch_max_wait_us=20_000)
+        service = RotationService(settings, torch.device(device), TableCache())
+        payloads = [decode_safetensors(bytearray(b), max_elements=10**8, required=REQUIRED_TENSORS) for b in bodies]
+        await service.start()
+        try:
+            results = await asyncio.gather(*(service.rotate(p, options) for p in payloads))
+        finally:
+            await service.stop()
+        decoded = [load(result.body.to_bytes()) for result in results]
+        return [(tensors["q"], tensors.get("k")) for tensors in decoded]
+
+    for (q_gpu, k_gpu), (q_cpu, k_cpu) in zip(asyncio.run(answers("cuda")), asyncio.run(answers("cpu")), strict=True):
+        assert_bitwise_equal(q_gpu, q_cpu)
+        assert_bitwise_equal(k_gpu, k_cpu)

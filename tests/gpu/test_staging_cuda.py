@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ropeserve.serving import staging as staging_module
 from ropeserve.serving.staging import DeviceStaging
 
 pytestmark = pytest.mark.gpu
@@ -29,3 +30,15 @@ def test_cuda_staging_copies_many_requests_before_any_kernel_waits() -> None:
     sums = torch.stack([x.sum() for x, _ in staged])
     (host,) = staging.to_host([sums])
     assert host is not None and host.tolist() == [float(i * (1 << 20)) for i in range(8)]
+
+
+def test_cuda_staging_in_chunks_keeps_every_byte(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several pinned chunks and a short last one, from a body view and from pinned memory, with a cast."""
+    monkeypatch.setattr(staging_module, "STAGE_CHUNK_BYTES", 4096)
+    staging = DeviceStaging(torch.device("cuda"))
+    x = torch.randn(3 * 1024 + 77, 5)
+    for source in (x, x.pin_memory()):
+        for dtype in (None, torch.bfloat16):
+            on_device, ready = staging.to_device(source, dtype)
+            staging.wait([ready])
+            assert torch.equal(on_device.cpu(), x.to(dtype or x.dtype))

@@ -16,6 +16,7 @@ after the kernel, so the event loop never waits for the device.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import time
@@ -170,7 +171,10 @@ class RotationService:
         ``timings``: earlier phases (e.g. ``read_s``) to report alongside."""
         started = time.perf_counter() if started is None else started
         prepare_start = time.perf_counter()
-        job = self.prepare(payload, options)
+        if self.staging.stream is None:
+            job = self.prepare(payload, options)
+        else:  # the pinned copies of a large body are host work: keep them off the event loop
+            job = await asyncio.to_thread(self.prepare, payload, options)
         phases = {**(timings or {}), "prepare_s": time.perf_counter() - prepare_start}
         timed = await self.batcher.submit(job, is_disconnected)
         return self.respond(job, timed, phases, started)

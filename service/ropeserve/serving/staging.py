@@ -1,11 +1,15 @@
 """Host ↔ device staging for the rotation service: pinned host memory and a copy stream of its own on CUDA.
 
-``to_device`` (event loop) copies a request tensor into pinned memory and queues its host-to-device copy on
-the copy stream, returning at once with the device tensor and a ``ready`` event; the worker thread makes the
-compute stream wait for that event on the device (``wait``), so no host thread waits for the copy and copies
-of later requests overlap the kernels of earlier ones. ``to_host`` (worker thread) queues the device-to-host
-copies into pinned memory on the copy stream behind the kernel and waits for them there, off the event
-loop, so the response is encoded from host memory.
+``to_device`` copies a request tensor into pinned memory chunk by chunk, queueing each chunk's host-to-device
+copy on the copy stream as soon as it is pinned (so the DMA of one chunk overlaps the host copy of the next),
+and returns with the device tensor and a ``ready`` event without waiting for the DMA; the worker thread makes
+the compute stream wait for that event on the device (``wait``), so no host thread waits for the copy and
+copies of later requests overlap the kernels of earlier ones. The service calls it off the event loop.
+``to_host`` (worker thread) queues the device-to-host copies into pinned memory on the copy stream behind the
+kernel and waits for them there, off the event loop, so the response is encoded from host memory.
+
+Pinned memory comes from torch's caching host allocator: it is held while a request's copies are in flight
+or its answer is being sent, and kept for reuse afterwards (at most the peak of concurrent bodies).
 
 On any other device (CPU; the meta device in tests) the same calls are plain copies: ``to_device`` is
 ``Tensor.to`` (a view when nothing changes), ``wait`` does nothing, ``to_host`` returns its tensors.
@@ -16,6 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+
+STAGE_CHUNK_BYTES = 4 << 20
+"""Bytes per pinned chunk of ``to_device``: the DMA of one overlaps the host copy of the next."""
 
 Ready = torch.cuda.Event | None
 """A copy's completion on the copy stream (CUDA), or None where copies complete before the call returns."""
@@ -31,16 +38,25 @@ class DeviceStaging:
     def to_device(self, x: torch.Tensor, dtype: torch.dtype | None) -> tuple[torch.Tensor, Ready]:
         """``x`` on the device in ``dtype`` (its own when None), and the event its copy completes at.
 
-        CUDA: the copy runs on the copy stream from a pinned copy of ``x``; the device tensor is marked as
-        used by the current (compute) stream so its memory is not reused before the kernel has run.
+        CUDA: the copy runs on the copy stream from a pinned copy of ``x`` made ``STAGE_CHUNK_BYTES`` at a
+        time; the device tensor is marked as used by the current (compute) stream so its memory is not reused
+        before the kernel has run.
         """
         dtype = dtype or x.dtype
         if self.stream is None:
             return x.to(device=self.device, dtype=dtype), None
-        pinned = x if x.is_pinned() else torch.empty(x.shape, dtype=x.dtype, pin_memory=True).copy_(x)
+        source = x.reshape(-1)
+        pinned = source if x.is_pinned() else torch.empty(source.shape, dtype=x.dtype, pin_memory=True)
         compute = torch.cuda.current_stream(self.device)
+        step = max(1, STAGE_CHUNK_BYTES // x.element_size())
         with torch.cuda.stream(self.stream):
-            on_device = pinned.to(self.device, non_blocking=True).to(dtype)
+            staged = torch.empty(source.shape, dtype=x.dtype, device=self.device)
+            for begin in range(0, source.numel(), step):
+                chunk = slice(begin, begin + step)
+                if pinned is not source:
+                    pinned[chunk].copy_(source[chunk])
+                staged[chunk].copy_(pinned[chunk], non_blocking=True)
+            on_device = staged.view(x.shape).to(dtype)
             ready = torch.cuda.Event()
             ready.record(self.stream)
         on_device.record_stream(compute)
