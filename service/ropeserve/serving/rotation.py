@@ -203,8 +203,8 @@ class RotationService:
         several in one kernel call: in place through the kernel's batch entry point when it has one, else on
         their concatenation; then the results in host memory."""
         self.staging.wait([job.ready for job in jobs])
-        hosted = iter(self.staging.to_host([x for rotated in self._rotate(jobs) for x in rotated]))
-        return [(q, k) for q, k in zip(hosted, hosted, strict=True) if q is not None]
+        hosted = self.staging.to_host([x for rotated in self._rotate(jobs) for x in rotated])
+        return [(q, k) for q, k in zip(hosted[::2], hosted[1::2], strict=True) if q is not None]  # q is never None
 
     def _rotate(self, jobs: Sequence[RotationJob]) -> list[Rotated]:
         if len(jobs) > 1 and self.rotate_batch is not None:
