@@ -146,14 +146,24 @@ class RotationService:
         return kernel_report(self.device)
 
     def warm_up(self) -> None:
-        """Run the kernel once per common dtype (head_dim 128, NeoX, in place) so no request pays a compile."""
+        """Run the kernel, and its batch entry point for two requests, once per common dtype (head_dim 128, NeoX,
+        in place, host positions as requests have them) so no request pays a compile."""
         params = from_explicit({"rope_theta": 10_000.0, "head_dim": 128})
         table = self.tables.get(params, None, self.device)
-        positions = torch.arange(16)
+        positions, spec = torch.arange(16), RotationSpec(128, "flat")
         for dtype in (torch.bfloat16, torch.float32):
-            q = torch.zeros(16, 2 * 128, dtype=dtype, device=self.device)
-            k = torch.zeros(16, 128, dtype=dtype, device=self.device)
-            self.rotate_kernel(q, k, positions, table, RotationSpec(128, "flat"), inplace=True)
+            items = [
+                (
+                    torch.zeros(16, 2 * 128, dtype=dtype, device=self.device),
+                    torch.zeros(16, 128, dtype=dtype, device=self.device),
+                    positions,
+                    spec,
+                )
+                for _ in range(2)
+            ]
+            self.rotate_kernel(*items[0][:3], table, spec, inplace=True)
+            if self.rotate_batch is not None:
+                self.rotate_batch(items, table)
 
     async def stop(self) -> None:
         await self.batcher.stop()

@@ -168,3 +168,10 @@ def test_triton_refuses_non_integer_positions_before_reading_them(
     with pytest.raises(InvalidInput):
         triton_rope.rotate_triton_many([(q, k, positions, RotationSpec(64, "flat"))] * 2, table)
     assert kernels["one"].launches == [] and kernels["batch"].launches == []
+
+
+def test_warm_up_compiles_the_single_and_the_batch_kernel_per_dtype(
+    kernels: dict[str, RecordedKernel], read_backs: DeviceReadBacks
+) -> None:
+    meta_service().warm_up()
+    assert len(kernels["one"].launches) == 2 and len(kernels["batch"].launches) == 2
