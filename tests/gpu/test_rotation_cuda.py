@@ -82,7 +82,7 @@ def test_rotation_path_never_synchronises_on_cuda() -> None:
         for p in problems:
             rotate(p.q, p.k, p.positions, p.table, p.spec, inplace=True)
             rotate(p.q, p.k, p.positions, p.table, p.spec)
-        triton_rope.rotate_triton_many([(p.q, p.k, p.positions, p.spec) for p in problems[:1] * 2], problems[0].table)
+        triton_rope.rotate_triton_many([(p.q, p.k, p.positions, p.spec) for p in problems], problems[0].table)
         service._rotate([service.prepare(payload, options), service.prepare(payload, options)])
 
     calls()  # compiles, grows the tables
