@@ -33,7 +33,7 @@ part() {  # part NAME SECONDS COMMAND...: run with a time cap, log to $OUT/NAME.
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 $PY -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
-part gpu_tests 110 $PY -m pytest tests/gpu -q -x -p no:cacheprovider -n 8
-part gpu_check 130 $PY benchmarks/gpu_check.py --budget-s 70
-part http_cuda 55 $PY benchmarks/bench_rotation.py --skip-in-process --rounds 5 --batching-rounds 1
+part gpu_tests 100 $PY -m pytest tests/gpu -q -x -p no:cacheprovider -n 8
+part gpu_check 150 $PY benchmarks/gpu_check.py --budget-s 80
+part http_cuda 50 $PY benchmarks/bench_rotation.py --skip-in-process --rounds 5 --batching-rounds 1
 exit $status
