@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU figure and check in ONE device call, under 5 minutes on an H200 (each part has its own time cap):
+# Every GPU figure and check in ONE device call, at most about 5 minutes on an H200 (each part has a time cap):
 #   1. tests/gpu (Triton parity incl. the batch entry point, no host sync under sync-debug "error", CUDA graph
 #      replay, pinned staging)
 #   2. benchmarks/gpu_check.py: parity, bandwidth as a multiple of a device copy (transformers eager,
