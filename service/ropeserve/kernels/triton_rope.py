@@ -458,9 +458,9 @@ def _batch_plan(items: Sequence[BatchItem], table: RopeTable) -> BatchPlan | Non
 def _job_rows(
     views: Sequence[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]], base: torch.Tensor, block_t: int
 ) -> tuple[list[int], torch.Tensor, int]:
-    """Job-table rows (``JOB_FIELDS`` int64 each, ``JOB_FIELDS`` order), the jobs' host positions packed
-    one after another (each [A, B or 1, T] contiguous), and the largest power of two dividing every element
-    offset and stride (what ``ALIGN`` may promise)."""
+    """Job-table rows (``JOB_FIELDS`` int64 columns each, in the order its docstring gives), the jobs' host
+    positions packed one after another (each [A, B or 1, T] contiguous), and the largest power of two dividing
+    every element offset and stride (what ``ALIGN`` may promise)."""
     rows: list[int] = []
     packed: list[torch.Tensor] = []
     first_program = position_offset = 0
