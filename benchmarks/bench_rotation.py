@@ -1,6 +1,7 @@
 """Benchmark: Q/K rotation in process, over loopback HTTP, and batched vs unbatched (issue #4).
 
-    .venv/bin/python benchmarks/bench_rotation.py [--rounds N] [--compile] [--skip-http] [--skip-batching]
+    .venv/bin/python benchmarks/bench_rotation.py [--rounds N] [--compile] [--skip-in-process] [--skip-http]
+        [--skip-batching]
 
 1. In process, CPU, float32 and bfloat16, T=8192, 28 q heads, 4 kv heads, head_dim 128 ([B,H,T,D]): transformers' eager
    path (Qwen2RotaryEmbedding cos/sin + apply_rotary_pos_emb), the native, fused and C kernels (cos/sin lookup
@@ -390,6 +391,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--compile", action="store_true", help="also time a naive torch.compile (slow to compile)")
+    parser.add_argument("--skip-in-process", action="store_true", help="skip section 1 (CPU kernels in process)")
     parser.add_argument("--skip-http", action="store_true")
     parser.add_argument("--skip-batching", action="store_true")
     parser.add_argument("--clients", type=int, default=32)
@@ -399,7 +401,7 @@ def main() -> None:
     args = parser.parse_args()
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     print(f"ropeserve rotation benchmark: {os.cpu_count()} CPUs, load average {load} (other work skews wall times)")
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in () if args.skip_in_process else (torch.float32, torch.bfloat16):
         bench_in_process(args.rounds, args.compile, dtype)
     if not args.skip_http:
         bench_http(args.rounds)

@@ -22,6 +22,7 @@ __all__ = [
     "rotary_dim_of",
     "row_blocks",
     "token_major",
+    "upload",
 ]
 
 
@@ -45,9 +46,16 @@ def rotary_dim_of(table: RopeTable) -> int:
 
 
 def prepare(
-    q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, table: RopeTable, spec: RotationSpec
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    positions: torch.Tensor,
+    table: RopeTable,
+    spec: RotationSpec,
+    *,
+    positions_to_device: bool = True,
 ) -> RotationInputs:
-    """Check shapes, dtypes and widths; InvalidInput names the tensor at fault."""
+    """Check shapes, dtypes and widths; InvalidInput names the tensor at fault. The position grid is moved
+    to q's device (``upload``) unless ``positions_to_device`` is False."""
     q4 = token_major(q, spec.layout, spec.head_dim, "q")
     _check_float(q, "q")
     k4 = None
@@ -60,8 +68,21 @@ def prepare(
     rotary_dim = rotary_dim_of(table)
     if rotary_dim > spec.head_dim:
         raise InvalidInput(f"rotary dim {rotary_dim} exceeds head_dim {spec.head_dim}", field="rotary_dim")
+    if positions_to_device:
+        positions = upload(positions, q.device)
     grid = position_grid(positions, q4.shape[0], q4.shape[1], spec.mrope is not None)
-    return RotationInputs(q4, k4, grid.to(q.device), rotary_dim)
+    return RotationInputs(q4, k4, grid, rotary_dim)
+
+
+def upload(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``x`` on ``device`` without stalling the host: host tensors go to a CUDA device through pinned memory
+    (an asynchronous copy on the current stream; a copy from pageable memory would synchronise the stream).
+    ``x`` itself when already there."""
+    if x.device == device:
+        return x
+    if x.device.type == "cpu" and device.type == "cuda":
+        return x.pin_memory().to(device, non_blocking=True)
+    return x.to(device)
 
 
 def _check_float(x: torch.Tensor, name: str) -> None:

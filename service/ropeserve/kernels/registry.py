@@ -92,7 +92,8 @@ register_kernel(
         "ropeserve.kernels.triton_rope:rotate_triton",
         frozenset({"cuda"}),
         requires=("triton",),
-        description="one Triton launch: cos/sin gather + q and k rotation",
+        batch_target="ropeserve.kernels.triton_rope:rotate_triton_many",
+        description="one Triton launch: cos/sin gather + q and k rotation (one launch per batch of requests)",
     )
 )
 

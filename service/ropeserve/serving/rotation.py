@@ -7,10 +7,16 @@ M-RoPE layout form a batch for one kernel call in the worker thread: a kernel wi
 kernel) rotates each job in its own buffer, sharing one list of pieces among the threads; otherwise the jobs
 are concatenated along the token axis (token-major rows ``[N, H·D]``), rotated in place, and answered from
 slices of the batch (views for the token-major layouts).
+
+On CUDA the path has no host synchronisation before the answer is copied back: q and k go to the device
+through pinned memory on a copy stream (``staging.py``), positions stay on the host (their range, read there,
+sizes the table; the kernel copies them), and the worker thread copies the results back to pinned memory
+after the kernel, so the event loop never waits for the device.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import time
@@ -30,6 +36,7 @@ from ropeserve.rope.tables import MAX_POSITION, Pairing, RopeTable, TableCache, 
 from ropeserve.serving.batcher import Batcher, BatchObserver, DisconnectCheck, Timed
 from ropeserve.serving.buffers import BodyBuffers
 from ropeserve.serving.codec import METADATA_KEY, EncodedSafetensors, SafetensorsPayload, encode_safetensors
+from ropeserve.serving.staging import DeviceStaging, Ready
 
 if TYPE_CHECKING:  # injected by the api layer; serving does not import the settings module
     from ropeserve.settings import Settings
@@ -73,7 +80,8 @@ Rotated = tuple[torch.Tensor, torch.Tensor | None]
 
 @dataclass
 class RotationJob:
-    """One validated request, ready for the kernel: q/k/positions on the compute device, in the asked dtype."""
+    """One validated request, ready for the kernel: q/k on the compute device in the asked dtype (their copy
+    complete at ``ready``), positions on the host."""
 
     q: torch.Tensor
     k: torch.Tensor | None
@@ -82,6 +90,7 @@ class RotationJob:
     table: RopeTable
     spec: RotationSpec
     params: RopeParams
+    ready: Ready = None
 
     @property
     def tokens(self) -> int:
@@ -120,6 +129,7 @@ class RotationService:
         self.rotate_kernel = get_kernel(self.kernel_name)
         self.rotate_batch = get_batch_kernel(self.kernel_name)
         self.body_buffers = BodyBuffers(settings.body_buffer_pool_bytes)
+        self.staging = DeviceStaging(device)
         self.batcher: Batcher[RotationJob, Rotated] = Batcher(
             self.run,
             max_batch_tokens=settings.batch_max_tokens,
@@ -138,14 +148,24 @@ class RotationService:
         return kernel_report(self.device)
 
     def warm_up(self) -> None:
-        """Run the kernel once per common dtype (head_dim 128, NeoX, in place) so no request pays a compile."""
+        """Run the kernel, and its batch entry point for two requests, once per common dtype (head_dim 128, NeoX,
+        in place, host positions as requests have them) so no request pays a compile."""
         params = from_explicit({"rope_theta": 10_000.0, "head_dim": 128})
         table = self.tables.get(params, None, self.device)
-        positions = torch.arange(16, device=self.device)
+        positions, spec = torch.arange(16), RotationSpec(128, "flat")
         for dtype in (torch.bfloat16, torch.float32):
-            q = torch.zeros(16, 2 * 128, dtype=dtype, device=self.device)
-            k = torch.zeros(16, 128, dtype=dtype, device=self.device)
-            self.rotate_kernel(q, k, positions, table, RotationSpec(128, "flat"), inplace=True)
+            items = [
+                (
+                    torch.zeros(16, 2 * 128, dtype=dtype, device=self.device),
+                    torch.zeros(16, 128, dtype=dtype, device=self.device),
+                    positions,
+                    spec,
+                )
+                for _ in range(2)
+            ]
+            self.rotate_kernel(*items[0][:3], table, spec, inplace=True)
+            if self.rotate_batch is not None:
+                self.rotate_batch(items, table)
 
     async def stop(self) -> None:
         await self.batcher.stop()
@@ -163,7 +183,10 @@ class RotationService:
         ``timings``: earlier phases (e.g. ``read_s``) to report alongside."""
         started = time.perf_counter() if started is None else started
         prepare_start = time.perf_counter()
-        job = self.prepare(payload, options)
+        if self.staging.stream is None:
+            job = self.prepare(payload, options)
+        else:  # the pinned copies of a large body are host work: keep them off the event loop
+            job = await asyncio.to_thread(self.prepare, payload, options)
         phases = {**(timings or {}), "prepare_s": time.perf_counter() - prepare_start}
         timed = await self.batcher.submit(job, is_disconnected)
         return self.respond(job, timed, phases, started)
@@ -182,14 +205,20 @@ class RotationService:
         max_position = int(positions.max()) if positions.numel() else 0
         table = self.tables.get(params, effective_length(params, max_position), self.device)
         _check_table_growth(table, max_position, self.settings.max_table_elements)
-        q, k = _on_device(q, options.dtype, self.device), k if k is None else _on_device(k, options.dtype, self.device)
-        positions = positions.to(self.device)
-        inputs = prepare(q, k, positions, table, spec)
-        return RotationJob(q, k, positions, inputs, table, spec, params)
+        q, q_ready = self.staging.to_device(q, options.dtype)
+        k, k_ready = (None, None) if k is None else self.staging.to_device(k, options.dtype)
+        inputs = prepare(q, k, positions, table, spec, positions_to_device=False)
+        return RotationJob(q, k, positions, inputs, table, spec, params, k_ready or q_ready)
 
     def run(self, jobs: Sequence[RotationJob]) -> list[Rotated]:
-        """Worker thread: rotate one job in place, or several in one kernel call: in place through the kernel's
-        batch entry point when it has one, else on their concatenation."""
+        """Worker thread: once the jobs' copies are in (a wait on the device), rotate one job in place, or
+        several in one kernel call: in place through the kernel's batch entry point when it has one, else on
+        their concatenation; then the results in host memory."""
+        self.staging.wait([job.ready for job in jobs])
+        hosted = self.staging.to_host([x for rotated in self._rotate(jobs) for x in rotated])
+        return [(q, k) for q, k in zip(hosted[::2], hosted[1::2], strict=True) if q is not None]  # q is never None
+
+    def _rotate(self, jobs: Sequence[RotationJob]) -> list[Rotated]:
         if len(jobs) > 1 and self.rotate_batch is not None:
             self.rotate_batch([(job.q, job.k, job.positions, job.spec) for job in jobs], jobs[0].table)
             return [(job.q, job.k) for job in jobs]
@@ -260,11 +289,6 @@ def _check_table_growth(table: RopeTable, max_position: int, limit: int) -> None
         return
     rows = min(table.row_cap, 1 << max(max_position, 1).bit_length())
     check_limit(2 * rows * table.inv_freq.numel(), limit, "rope table elements (cos+sin rows)", "positions")
-
-
-def _on_device(x: torch.Tensor, dtype: torch.dtype | None, device: torch.device) -> torch.Tensor:
-    """``x`` in the requested dtype on the compute device (itself, a view on the request buffer, when both match)."""
-    return x.to(device=device, dtype=dtype or x.dtype)
 
 
 def _rows(x4: torch.Tensor | None) -> torch.Tensor:

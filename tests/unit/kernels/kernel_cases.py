@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ropeserve.config import from_explicit
-from ropeserve.kernels import MropeSpec, RotationSpec
+from ropeserve.kernels import MropeSpec, RotateBatchFn, RotationSpec, get_kernel
 from ropeserve.rope.tables import RopeTable, TableCache
 
 CACHE = TableCache()
@@ -123,6 +123,18 @@ def parity_cases() -> list[Case]:
     return grid + edges
 
 
+BATCHES: dict[str, list[Case]] = {
+    "mixed-layouts": [Case(layout="bhtd"), Case(layout="flat", tokens=11), Case(layout="bthd", batch=3, tokens=2)],
+    "shared-positions": [Case(shared_positions=True, batch=3), Case(layout="bthd", tokens=7), Case(tokens=1, batch=1)],
+    "no-k": [Case(k_heads=0, layout="flat", tokens=6), Case(k_heads=0, layout="bhtd")],
+    "partial": [Case(rope="partial", layout="bthd"), Case(rope="partial", layout="flat", tokens=9)],
+    "mrope": [Case(rope="qwen2vl", layout="bhtd"), Case(rope="qwen2vl", layout="flat", shared_positions=True)],
+    "mrope-interleaved": [Case(rope="qwen3vl", layout="bthd", tokens=3), Case(rope="qwen3vl", layout="bhtd")],
+    "empty-member": [Case(layout="flat", tokens=0), Case(layout="bhtd", tokens=4)],
+}
+"""Requests that share a batch key (layouts differ), for the kernels' batch entry points."""
+
+
 def assert_bitwise_equal(actual: torch.Tensor | None, expected: torch.Tensor | None) -> None:
     if expected is None:
         assert actual is None
@@ -130,3 +142,14 @@ def assert_bitwise_equal(actual: torch.Tensor | None, expected: torch.Tensor | N
     assert actual is not None
     assert actual.shape == expected.shape and actual.dtype == expected.dtype
     torch.testing.assert_close(actual.cpu(), expected.cpu(), rtol=0, atol=0, equal_nan=True)
+
+
+def assert_batch_matches_native(rotate_many: RotateBatchFn, problems: list[Problem]) -> None:
+    """Rotate copies of ``problems`` (one table) in place by one ``rotate_many`` call (a kernel's batch entry
+    point); each equals native, bit for bit."""
+    expected = [get_kernel("native")(p.q, p.k, p.positions, p.table, p.spec) for p in problems]
+    items = [(p.q.clone(), None if p.k is None else p.k.clone(), p.positions, p.spec) for p in problems]
+    rotate_many(items, problems[0].table)
+    for (q, k, _, _), (q_ref, k_ref) in zip(items, expected, strict=True):
+        assert_bitwise_equal(q, q_ref)
+        assert_bitwise_equal(k, k_ref)

@@ -13,6 +13,7 @@ from kernel_cases import (
     ROPES,
     Case,
     Problem,
+    assert_batch_matches_native,
     assert_bitwise_equal,
     build,
     parity_cases,
@@ -158,19 +159,11 @@ def test_c_batch_entry_point_matches_native_per_request(dtype: torch.dtype, monk
     monkeypatch.setattr(compiled, "PIECE_BYTES", 256)  # many pieces, interleaved across requests
     cases = [Case(layout="bhtd", dtype=dtype), Case(layout="flat", dtype=dtype, tokens=11, k_heads=0)]
     cases.append(Case(layout="bthd", dtype=dtype, batch=3, tokens=2))
-    assert_batch_matches_native([build(case, seed=seed) for seed, case in enumerate(cases)])
+    problems = [build(case, seed=seed) for seed, case in enumerate(cases)]
+    assert_batch_matches_native(compiled.rotate_compiled_many, problems)
 
 
 def test_c_batch_entry_point_falls_back_per_request_without_the_library(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(compiled, "c_function", lambda dtype: None)
-    assert_batch_matches_native([build(Case(rope="partial", tokens=tokens), seed=tokens) for tokens in (3, 8)])
-
-
-def assert_batch_matches_native(problems: list[Problem]) -> None:
-    """Rotate copies of ``problems`` (one table) by one ``rotate_compiled_many``; each equals native, bit for bit."""
-    expected = [get_kernel("native")(p.q, p.k, p.positions, p.table, p.spec) for p in problems]
-    items = [(p.q.clone(), None if p.k is None else p.k.clone(), p.positions, p.spec) for p in problems]
-    compiled.rotate_compiled_many(items, problems[0].table)
-    for (q, k, _, _), (q_ref, k_ref) in zip(items, expected, strict=True):
-        assert_bitwise_equal(q, q_ref)
-        assert_bitwise_equal(k, k_ref)
+    problems = [build(Case(rope="partial", tokens=tokens), seed=tokens) for tokens in (3, 8)]
+    assert_batch_matches_native(compiled.rotate_compiled_many, problems)
