@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,13 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from integration_support import running_server  # tests/integration, on pytest's pythonpath (pyproject.toml)
 from safetensors.torch import load, save
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from integration_support import running_server  # noqa: E402
-
-from ropeserve.config import from_explicit  # noqa: E402
-from ropeserve.rope import apply_rotary, rope_cos_sin  # noqa: E402
+from ropeserve.config import from_explicit
+from ropeserve.rope import apply_rotary, rope_cos_sin
 
 pytestmark = pytest.mark.gpu
 
