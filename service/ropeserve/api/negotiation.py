@@ -10,9 +10,10 @@ from typing import Any
 
 import torch
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from ropeserve.api.fast_json import FastJSONResponse
 from ropeserve.errors import InvalidInput, NotAcceptable, UnsupportedMediaType
 from ropeserve.serving.codec import (
     ALLOWED_DTYPES,
@@ -140,4 +141,4 @@ def tensor_response(
                 field=name,
             )
         payload[name] = tensor.detach().cpu().to(torch.float64 if tensor.is_floating_point() else torch.int64).tolist()
-    return JSONResponse(payload)
+    return FastJSONResponse(payload)
