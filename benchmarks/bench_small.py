@@ -66,7 +66,7 @@ def bare_app(answers_dir: str):  # noqa: ANN201 - uvicorn app
     answers = {path.name: path.read_bytes() for path in Path(answers_dir).iterdir()}
 
     @app.get("/health/live")
-    def live() -> dict[str, str]:
+    async def live() -> dict[str, str]:
         return {"status": "live"}
 
     @app.post("/echo/{name}")

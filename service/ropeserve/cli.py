@@ -8,31 +8,51 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import socket
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ropeserve.cli_lint import EXIT_FINDINGS, add_lint_commands
 
-
-def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-    from pydantic import ValidationError
-
-    from ropeserve.api import create_app
-    from ropeserve.api.app import DrainingServer
+if TYPE_CHECKING:
     from ropeserve.settings import Settings
 
-    overrides = {
-        key: value
-        for key, value in {"host": args.host, "port": args.port, "device": args.device}.items()
-        if value is not None
-    }
+
+def _serve(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from ropeserve.settings import Settings
+
+    given = {"host": args.host, "port": args.port, "device": args.device, "workers": args.workers}
+    overrides = {key: value for key, value in given.items() if value is not None}
     try:
         settings = Settings(**overrides)
     except ValidationError as error:
         problems = "; ".join(f"ROPESERVE_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in error.errors())
         print(f"ropeserve serve: invalid settings: {problems}", file=sys.stderr)
         return 2
+    if settings.workers > 1:
+        from ropeserve.api.workers import run_workers
+
+        return run_workers(settings, serve_worker)
+    return serve_one(settings)
+
+
+def serve_worker(settings: Settings, sockets: list[socket.socket]) -> None:
+    """One worker process of ``--workers N``: a server on the shared socket; the exit status says how it ended."""
+    sys.exit(serve_one(settings, sockets))
+
+
+def serve_one(settings: Settings, sockets: list[socket.socket] | None = None) -> int:
+    """Run one server (on ``sockets`` when given, else binding host:port); 0 after a clean stop, 3 if it never
+    started."""
+    import uvicorn
+
+    from ropeserve.api import create_app
+    from ropeserve.api.app import DrainingServer
+    from ropeserve.api.workers import NOT_STARTED
+
     app = create_app(settings)
     config = uvicorn.Config(
         app,
@@ -45,8 +65,8 @@ def _serve(args: argparse.Namespace) -> int:
     )
     server = DrainingServer(config, app.state.runtime, settings.drain_delay_s)
     with contextlib.suppress(KeyboardInterrupt):  # SIGINT: uvicorn re-raises it after a graceful shutdown
-        server.run()
-    return 0 if server.started else 3
+        server.run(sockets)
+    return 0 if server.started else NOT_STARTED
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="interface (default 127.0.0.1, env ROPESERVE_HOST)")
     serve.add_argument("--port", type=int, help="port (default 8000, env ROPESERVE_PORT)")
     serve.add_argument("--device", choices=["auto", "cpu", "cuda"], help="compute device (default auto)")
+    serve.add_argument("--workers", type=int, help="server processes on one port (default 1, env ROPESERVE_WORKERS)")
     serve.set_defaults(func=_serve)
     add_lint_commands(commands)
     return parser

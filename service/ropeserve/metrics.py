@@ -6,13 +6,19 @@ so durations use geometric buckets from 10 µs growing ×1.5 (35 buckets, up to 
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 disable_created_metrics()
 
 DURATION_BUCKETS = tuple(1e-5 * 1.5**k for k in range(35))
 COUNT_BUCKETS = tuple(float(2**k) for k in range(13))
 TOKEN_BUCKETS = tuple(float(2**k) for k in range(21))
+MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+"""Set (by ``ropeserve serve --workers N``) before prometheus-client is imported: values live in files there,
+and a scrape of any worker sums them (gauges: each one's ``multiprocess_mode``)."""
 
 
 class Metrics:
@@ -31,18 +37,30 @@ class Metrics:
             buckets=DURATION_BUCKETS,
             registry=r,
         )
-        self.in_flight = Gauge("ropeserve_http_requests_in_flight", "Requests being handled now.", registry=r)
+        self.in_flight = Gauge(
+            "ropeserve_http_requests_in_flight", "Requests being handled now.", registry=r, multiprocess_mode="livesum"
+        )
         self.errors = Counter(
             "ropeserve_http_errors", "Error responses by problem type.", ["error_type", "status"], registry=r
         )
         self.ready = Gauge(
-            "ropeserve_ready", "1 when the service accepts work, 0 while warming or draining.", registry=r
+            "ropeserve_ready",
+            "1 when the service accepts work, 0 while warming or draining (with workers: all of them).",
+            registry=r,
+            multiprocess_mode="livemin",
         )
         self.build_info = Gauge(
-            "ropeserve_build_info", "Version, device and rotation kernel.", ["version", "device", "kernel"], registry=r
+            "ropeserve_build_info",
+            "Version, device and rotation kernel.",
+            ["version", "device", "kernel"],
+            registry=r,
+            multiprocess_mode="livemax",
         )
         self.table_cache_entries = Gauge(
-            "ropeserve_rope_table_cache_entries", "Cached rope tables (bounded LRU).", registry=r
+            "ropeserve_rope_table_cache_entries",
+            "Cached rope tables (bounded LRU; with workers: the sum of theirs).",
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.batch_queue_seconds = Histogram(
             "ropeserve_batch_queue_seconds",
@@ -62,7 +80,12 @@ class Metrics:
         self.batch_tokens = Histogram(
             "ropeserve_batch_tokens", "Tokens in one kernel call.", buckets=TOKEN_BUCKETS, registry=r
         )
-        self.queue_depth = Gauge("ropeserve_batch_queue_depth", "Rotation requests waiting to be batched.", registry=r)
+        self.queue_depth = Gauge(
+            "ropeserve_batch_queue_depth",
+            "Rotation requests waiting to be batched.",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self.dropped = Counter(
             "ropeserve_dropped_requests", "Requests dropped before compute (client gone).", registry=r
         )
@@ -71,5 +94,10 @@ class Metrics:
         )
 
     def exposition(self) -> bytes:
-        """The registry in Prometheus text format."""
-        return generate_latest(self.registry)
+        """The registry in Prometheus text format; with workers, every worker's values combined."""
+        directory = os.environ.get(MULTIPROC_DIR_ENV)
+        if not directory:
+            return generate_latest(self.registry)
+        combined = CollectorRegistry()
+        MultiProcessCollector(combined, path=directory)
+        return generate_latest(combined)

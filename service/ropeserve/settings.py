@@ -57,6 +57,13 @@ class Settings(BaseSettings):
     drain_delay_s: float = Field(
         0.0, ge=0, description="At SIGTERM: seconds to keep serving with readiness 503 before closing the listener."
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="Server processes accepting on one port (each with its own batcher and table cache); "
+        "/metrics sums them (prometheus-client multiprocess mode).",
+    )
     drain_timeout_s: float = Field(30.0, ge=0, description="Grace period for in-flight requests at SIGTERM.")
 
 
