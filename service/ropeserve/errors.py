@@ -5,7 +5,9 @@ ServiceError                      500  internal
 │   └── LimitExceeded             422  limit-exceeded     (positions, table or tensor elements)
 ├── MalformedPayload              400  malformed-payload  (unparsable JSON / safetensors bytes)
 ├── Unauthorized                  401  unauthorized
+├── NotFound                      404  not-found          (an unknown shared-memory region or object)
 ├── NotAcceptable                 406  not-acceptable     (Accept names no media type we produce)
+├── Conflict                      409  conflict           (a region registered differently, unlinked or shrunk)
 ├── PayloadTooLarge               413  payload-too-large  (body size, refused before it is read)
 ├── UnsupportedMediaType          415  unsupported-media-type
 ├── Overloaded                    429  overloaded         (queue full; Retry-After)
@@ -81,6 +83,18 @@ class Unauthorized(ServiceError):
     status = 401
     slug = "unauthorized"
     title = "Missing or invalid bearer token"
+
+
+class NotFound(ServiceError):
+    status = 404
+    slug = "not-found"
+    title = "Not found"
+
+
+class Conflict(ServiceError):
+    status = 409
+    slug = "conflict"
+    title = "Conflict"
 
 
 class NotAcceptable(ServiceError):

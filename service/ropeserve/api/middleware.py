@@ -6,6 +6,7 @@ while they arrive (the endpoint's read fails with PayloadTooLarge as soon as the
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import logging
@@ -20,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ropeserve.api.problems import PROBE_PATHS, problem_response
 from ropeserve.errors import PayloadTooLarge, ServiceError, Unauthorized
 from ropeserve.metrics import Metrics
-from ropeserve.settings import Settings
+from ropeserve.settings import Settings, credentials
 
 access_logger = logging.getLogger("ropeserve.access")
 CLIENT_CLOSED_REQUEST = 499
@@ -43,6 +44,15 @@ def _header(scope: Scope, name: bytes) -> str | None:
         if key == name:
             return value.decode("latin-1")
     return None
+
+
+def _credential(authorization: str, tokens: list[str]) -> str | None:
+    """Which token the header carries, as a stable id (a hash prefix, never the token); None for none of them.
+    Every token is compared, in constant time, whatever matches."""
+    matches = [hmac.compare_digest(authorization.encode(), f"Bearer {token}".encode()) for token in tokens]
+    if not any(matches):
+        return None
+    return "token-" + hashlib.sha256(tokens[matches.index(True)].encode()).hexdigest()[:16]
 
 
 class _Exchange:
@@ -128,12 +138,13 @@ class ServiceMiddleware:
 
     def _refusal(self, scope: Scope) -> ServiceError | None:
         """An error to answer without running the app: bad token, or a declared body over the limit."""
-        token = self.settings.auth_token
+        tokens = credentials(self.settings)
         protected = scope["path"] not in PROBE_PATHS or self.settings.auth_protect_probes
-        if token and protected:
-            given = _header(scope, b"authorization") or ""
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+        if tokens and protected:
+            credential = _credential(_header(scope, b"authorization") or "", tokens)
+            if credential is None:
                 return Unauthorized("send 'Authorization: Bearer <token>'", headers={"WWW-Authenticate": "Bearer"})
+            scope["state"]["credential"] = credential
         declared = _header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.settings.max_body_bytes:
             return PayloadTooLarge(
