@@ -74,10 +74,7 @@ def packed_positions(
             f"total_length {length} is shorter than the packed segments ({used} tokens)", field="total_length"
         )
     check_element_limit(length, max_tokens, "packed positions", field=field)
-    # output_size: without it repeat_interleave runs a parallel region even for a few segments, which on a busy
-    # machine stalls for milliseconds (p90 16 ms vs 7 us measured for 4 segments on 2 shared cores)
-    segments = torch.arange(lengths.numel(), device=lengths.device)
-    segment_of_token = torch.repeat_interleave(segments, lengths, output_size=used)
+    segment_of_token = torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)
     starts = lengths.cumsum(0) - lengths
     positions = torch.full((length,), fill_value, dtype=torch.long, device=lengths.device)
     positions[:used] = torch.arange(used, device=lengths.device) - starts[segment_of_token]

@@ -42,8 +42,7 @@ def vision_position_ids(
     t, h, w = grid.unbind(dim=1)
     tokens_per_grid = t * h * w
 
-    grids = torch.arange(grid.shape[0], device=grid.device)
-    grid_of_token = torch.repeat_interleave(grids, tokens_per_grid, output_size=total)  # see packed_positions
+    grid_of_token = torch.repeat_interleave(torch.arange(grid.shape[0], device=grid.device), tokens_per_grid)
     grid_first_token = tokens_per_grid.cumsum(0) - tokens_per_grid
     offset = torch.arange(grid_of_token.numel(), device=grid.device) - grid_first_token[grid_of_token]
     m = merge[grid_of_token]

@@ -26,8 +26,7 @@ from ropeserve.rope.tables import (
 
 
 def _chunked_axes(section: Sequence[int], slots: int) -> torch.Tensor:
-    repeats = torch.tensor(list(section))
-    return torch.repeat_interleave(torch.arange(3), repeats, output_size=sum(section))[:slots]  # see packed_positions
+    return torch.repeat_interleave(torch.arange(3), torch.tensor(list(section)))[:slots]
 
 
 def _interleaved_axes(section: Sequence[int], slots: int) -> torch.Tensor:
