@@ -99,9 +99,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def server(kind: str, answers_dir: str) -> Iterator[int]:
+def server(kind: str, answers_dir: str, torch_threads: int | None = None) -> Iterator[int]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    if torch_threads:
+        env["OMP_NUM_THREADS"] = str(torch_threads)
     process = subprocess.Popen(
         [sys.executable, __file__, "--serve", kind, "--port", str(port), "--answers", answers_dir], env=env
     )
@@ -221,6 +223,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=400, help="requests per endpoint, per side and round")
     parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=0,
+        help="OMP_NUM_THREADS of the ropeserve process (0: torch's default, one per core); the Kubernetes "
+        "manifests set it from the CPU limit",
+    )
     parser.add_argument("--serve", choices=["bare", "ropeserve"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--answers", help=argparse.SUPPRESS)
@@ -228,7 +237,10 @@ def main() -> None:
     if args.serve:
         serve(args.serve, args.port, args.answers)
         return
-    with tempfile.TemporaryDirectory() as answers_dir, server("ropeserve", answers_dir) as ours:
+    threads = args.torch_threads or "default"
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    print(f"{os.cpu_count()} CPUs, load average {load}; ropeserve torch threads: {threads}")
+    with tempfile.TemporaryDirectory() as answers_dir, server("ropeserve", answers_dir, args.torch_threads) as ours:
         requests = capture_answers(ours, Path(answers_dir))
         with server("bare", answers_dir) as bare:
             print(f"{args.rounds} rounds x {args.requests} requests per side, {args.connections} connections")

@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 
 T = TypeVar("T")
 INLINE_MAX_POSITIONS = 4096
-"""Largest work bound run on the event loop (16 positions of cos/sin take ~0.1 ms; 4,096 about 2 ms)."""
+"""Largest work bound run on the event loop (cos/sin of 16 positions x 128: 0.014 ms of CPU; 4,096: 0.7 ms)."""
 INLINE_MAX_BODY_BYTES = 64 * 1024
 """Bodies the linter checks on the event loop (one config.json is a few kB)."""
 
