@@ -348,28 +348,10 @@ def apply_rope(
     return tensors_post(ROPE_APPLY, tensors, params)
 
 
-def apply_mrope(
-    q: Any,
-    k: Any = None,
-    *,
-    positions: Any,
-    preset: str | None = None,
-    config: ConfigLike | None = None,
-    rope: Mapping[str, Any] | None = None,
-    layer_type: str | None = None,
-    layout: Layout | None = None,
-    pairing: Pairing | None = None,
-    dtype: Dtype | None = None,
-    rotary_dim: int | None = None,
-    **extra: Any,
-) -> Operation[TensorResult]:
-    """``POST /v1/mrope/apply``: as :func:`apply_rope` with M-RoPE ``positions`` ``[3, T]`` or ``[3, B, T]``
-    (``transport="shm"`` too)."""
-    tensors, params = rotation_inputs(
-        q, k, positions=positions, preset=preset, config=config, rope=rope, layer_type=layer_type, layout=layout,
-        pairing=pairing, dtype=dtype, rotary_dim=rotary_dim, **extra,
-    )  # fmt: skip
-    return tensors_post(MROPE_APPLY, tensors, params)
+def apply_mrope(q: Any, k: Any = None, *, positions: Any, **options: Any) -> Operation[TensorResult]:
+    """``POST /v1/mrope/apply``: as :func:`apply_rope` (same options, ``transport="shm"`` too) with M-RoPE
+    ``positions`` ``[3, T]`` or ``[3, B, T]``."""
+    return tensors_post(MROPE_APPLY, *rotation_inputs(q, k, positions=positions, **options))
 
 
 def _int_tensor(value: Any) -> Any:
