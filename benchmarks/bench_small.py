@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_small.py [--rounds N] [--requests N] [--connections N]
 
 Two uvicorn processes on 127.0.0.1 (free ports, uvloop + httptools, access log off, one worker each):
-ropeserve, and a bare FastAPI app whose route reads the same body, parses it as JSON and answers bytes of the
+``ropeserve serve``, and a bare FastAPI app whose route reads the same body, parses it as JSON and answers bytes of the
 same size (ropeserve's own answer, captured first). A keep-alive load generator (asyncio, raw sockets,
 ``--connections`` connections, a bounded number of requests) drives each endpoint on both servers, alternating
 bare and ropeserve within each round so that machine noise hits both; the printed ratio is the median of
@@ -77,16 +77,10 @@ def bare_app(answers_dir: str):  # noqa: ANN201 - uvicorn app
     return app
 
 
-def serve(kind: str, port: int, answers_dir: str) -> None:
+def serve_bare(port: int, answers_dir: str) -> None:
     import uvicorn
 
-    if kind == "bare":
-        app = bare_app(answers_dir)
-    else:
-        from ropeserve.api import create_app
-        from ropeserve.settings import Settings
-
-        app = create_app(Settings(access_log=False, device="cpu"))
+    app = bare_app(answers_dir)
     uvicorn.run(
         app, host="127.0.0.1", port=port, log_level="warning", access_log=False, loop="uvloop", http="httptools"
     )
@@ -100,13 +94,17 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def server(kind: str, answers_dir: str, torch_threads: int | None = None) -> Iterator[int]:
+    """The bare app, or ropeserve as deployed (``ropeserve serve``: uvloop, httptools), access log off."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     if torch_threads:
         env["OMP_NUM_THREADS"] = str(torch_threads)
-    process = subprocess.Popen(
-        [sys.executable, __file__, "--serve", kind, "--port", str(port), "--answers", answers_dir], env=env
-    )
+    if kind == "bare":
+        command = [sys.executable, __file__, "--serve-bare", "--port", str(port), "--answers", answers_dir]
+    else:
+        command = [sys.executable, "-m", "ropeserve.cli", "serve", "--port", str(port), "--device", "cpu"]
+        env.update(ROPESERVE_ACCESS_LOG="false", ROPESERVE_HOST="127.0.0.1", ROPESERVE_LOG_LEVEL="warning")
+    process = subprocess.Popen(command, env=env)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -230,12 +228,13 @@ def main() -> None:
         help="OMP_NUM_THREADS of the ropeserve process (0: torch's default, one per core); the Kubernetes "
         "manifests set it from the CPU limit",
     )
-    parser.add_argument("--serve", choices=["bare", "ropeserve"], help=argparse.SUPPRESS)
+    parser.add_argument("--only", help="run the endpoints whose name contains this text")
+    parser.add_argument("--serve-bare", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--answers", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve:
-        serve(args.serve, args.port, args.answers)
+    if args.serve_bare:
+        serve_bare(args.port, args.answers)
         return
     threads = args.torch_threads or "default"
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
@@ -248,6 +247,8 @@ def main() -> None:
                 f"  {'endpoint':26s} {'answer':>8s} {'bare req/s':>11s} {'ropeserve':>10s} {'ratio':>7s} {'range':>13s}"
             )
             for name, (ours_raw, bare_raw, size) in requests.items():
+                if args.only and args.only not in name:
+                    continue
                 rate(bare, bare_raw, 50, 4), rate(ours, ours_raw, 50, 4)  # warm both
                 rounds = [
                     (
