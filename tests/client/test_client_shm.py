@@ -4,6 +4,7 @@ only when no result views them, and removed at close."""
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -102,3 +103,28 @@ def test_unknown_transport_is_refused(ropeserve_url: str) -> None:
     with Client(ropeserve_url) as client, pytest.raises(ValueError, match="transport"):
         client.apply_rope(*qk(8), positions=torch.arange(32), rope=ROPE, transport="tcp")
     assert KEY_PREFIX.startswith("ropeserve")  # the server's default key prefix admits the client's objects
+
+
+def test_threads_sharing_a_client_get_their_own_results(ropeserve_url: str) -> None:
+    """Calls from several threads at once never stage into the same region: each result is its own rotation."""
+    with Client(ropeserve_url) as client:
+
+        def one(seed: int) -> tuple[int, torch.Tensor]:
+            result = client.apply_rope(*qk(seed), positions=torch.arange(32), rope=ROPE, transport="shm")
+            return seed, result["q"]
+
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(one, range(20, 32)))
+        for seed, rotated in results:  # all results still held: none was overwritten by a later call
+            assert torch.equal(rotated, client.apply_rope(*qk(seed), positions=torch.arange(32), rope=ROPE)["q"]), seed
+        assert len(client._shm.regions) <= 8
+
+
+def test_one_kept_tensor_keeps_its_region(ropeserve_url: str) -> None:
+    """Keeping only ``q`` of a result (its k view gone) still holds the region: the next call takes another."""
+    with Client(ropeserve_url) as client:
+        kept_q = client.apply_rope(*qk(40), positions=torch.arange(32), rope=ROPE, transport="shm")["q"]
+        expected = kept_q.clone()
+        client.apply_rope(*qk(41), positions=torch.arange(32), rope=ROPE, transport="shm")
+        assert torch.equal(kept_q, expected)
+        assert len(client._shm.regions) == 2

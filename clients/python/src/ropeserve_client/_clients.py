@@ -156,15 +156,18 @@ class Client(BaseClient[httpx.Client], Endpoints):
         call = stage(self._shm, path, tensors, params, self.backend)
         for region in call.retired:
             self._forget(region)
-        if not call.region.registered:
-            self._send(call.region.register())
-            call.region.registered = True
         try:
-            answer = self._send(call.operation)
-        except NotFound:  # this server (or worker process) does not know the region: register it there, once
-            self._send(call.region.register())
-            answer = self._send(call.operation)
-        return TensorResult(*call.finish(answer))
+            if not call.region.registered:
+                self._send(call.region.register())
+                call.region.registered = True
+            try:
+                answer = self._send(call.operation)
+            except NotFound:  # this server (or worker process) does not know the region: register it there, once
+                self._send(call.region.register())
+                answer = self._send(call.operation)
+            return TensorResult(*call.finish(answer))
+        finally:
+            call.release()
 
     def _forget(self, region: Region) -> None:
         """Unlink a region and unregister it (best effort: the server may be gone)."""
@@ -225,15 +228,18 @@ class AsyncClient(BaseClient[httpx.AsyncClient], Endpoints):
         call = stage(self._shm, path, tensors, params, self.backend)
         for region in call.retired:
             await self._forget(region)
-        if not call.region.registered:
-            await self._send(call.region.register())
-            call.region.registered = True
         try:
-            answer = await self._send(call.operation)
-        except NotFound:
-            await self._send(call.region.register())
-            answer = await self._send(call.operation)
-        return TensorResult(*call.finish(answer))
+            if not call.region.registered:
+                await self._send(call.region.register())
+                call.region.registered = True
+            try:
+                answer = await self._send(call.operation)
+            except NotFound:
+                await self._send(call.region.register())
+                answer = await self._send(call.operation)
+            return TensorResult(*call.finish(answer))
+        finally:
+            call.release()
 
     async def _forget(self, region: Region) -> None:
         region.unlink()

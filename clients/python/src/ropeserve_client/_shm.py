@@ -13,6 +13,7 @@ from __future__ import annotations
 import mmap
 import os
 import sys
+import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ class Region:
     size: int
     mapping: mmap.mmap
     registered: bool = False
+    in_use: bool = False
+    """Taken by a call in progress (results not yet made): not free, whatever the reference count says."""
     idle_refcount: int = 0
     """``sys.getrefcount(mapping)`` when nothing but this region holds the mapping."""
 
@@ -53,7 +56,7 @@ class Region:
         return KEY_PREFIX + self.name
 
     def free(self) -> bool:
-        return sys.getrefcount(self.mapping) <= self.idle_refcount
+        return not self.in_use and sys.getrefcount(self.mapping) <= self.idle_refcount
 
     def register(self) -> Operation[dict[str, Any]]:
         body = {"name": self.name, "key": "/" + self.key, "byte_size": self.size}
@@ -72,25 +75,37 @@ def _no_body(response: httpx.Response, backend: str) -> dict[str, Any]:
 
 def _new_region(size: int) -> Region:
     name = f"{os.getpid()}_{uuid.uuid4().hex[:12]}"
-    fd = os.open(SHM_DIRECTORY / (KEY_PREFIX + name), os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    region = Region(name, size, _create_mapping(KEY_PREFIX + name, size))
+    region.idle_refcount = sys.getrefcount(region.mapping)  # the region's own reference and the call's argument
+    return region
+
+
+def _create_mapping(key: str, size: int) -> mmap.mmap:
+    """A new object ``/dev/shm/<key>`` of ``size`` bytes (0600), mapped shared."""
+    fd = os.open(SHM_DIRECTORY / key, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
         os.ftruncate(fd, size)
-        mapping = mmap.mmap(fd, size)
+        return mmap.mmap(fd, size)
     finally:
         os.close(fd)
-    region = Region(name, size, mapping)
-    region.idle_refcount = sys.getrefcount(region.mapping)
-    return region
 
 
 @dataclass
 class ShmPool:
-    """The client's regions, newest last."""
+    """The client's regions, newest last (safe to share between threads)."""
 
     regions: list[Region] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def take(self, size: int) -> tuple[Region, list[Region]]:
-        """A free region of at least ``size`` bytes (made if needed) and the regions retired to stay in bounds."""
+        """A free region of at least ``size`` bytes (made if needed), marked in use until the call ends
+        (``ShmCall.release``), and the regions retired to stay in bounds."""
+        with self.lock:
+            region, retired = self._take(size)
+            region.in_use = True
+            return region, retired
+
+    def _take(self, size: int) -> tuple[Region, list[Region]]:
         fitting = [region for region in self.regions if region.size >= size and region.free()]
         if fitting:
             region = min(fitting, key=lambda item: item.size)
@@ -124,6 +139,10 @@ class ShmCall:
     views: dict[str, Any]
     backend: Literal["torch", "numpy"]
 
+    def release(self) -> None:
+        """The call is over: the region is free again once no result views it."""
+        self.region.in_use = False
+
     def finish(self, answer: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """``(tensors, metadata)``: the rotated q/k (views on the region) and the server's metadata."""
         tensors = {name: self.views[name] for name in ROTATED if name in self.views}
@@ -143,7 +162,11 @@ def stage(
         offsets[name] = end
         end += -(-_nbytes(array) // ALIGN) * ALIGN
     region, retired = pool.take(max(end, 1))
-    views = {name: _copy_into(region.mapping, offsets[name], array) for name, array in arrays.items()}
+    try:
+        views = {name: _copy_into(region.mapping, offsets[name], array) for name, array in arrays.items()}
+    except BaseException:
+        region.in_use = False
+        raise
     refs = {
         name: {"region": region.name, "offset": offsets[name], "shape": list(array.shape), "dtype": _dtype_name(array)}
         for name, array in arrays.items()
