@@ -35,7 +35,8 @@ class ValidateRequest(StrictModel):
     "are findings (200); only a malformed request is a 422. Rules: docs/lint.md.",
 )
 async def validate_config(body: ValidateRequest, request: Request, runtime: RuntimeDep) -> dict[str, Any]:
-    size = int(request.headers.get("content-length") or INLINE_MAX_BODY_BYTES + 1)
+    declared = request.headers.get("content-length", "")
+    size = int(declared) if declared.isdigit() else INLINE_MAX_BODY_BYTES + 1
     return await run_sized(size, lambda: _validate(body, runtime), INLINE_MAX_BODY_BYTES)
 
 
