@@ -280,6 +280,7 @@ def bench_http(rounds: int) -> None:
         server_cpu, client_cpu = process_cpu_seconds(pid), own_cpu_seconds()
         runs = [post_once(port, body, buffer) for _ in range(rounds)]
         server_cpu, client_cpu = process_cpu_seconds(pid) - server_cpu, own_cpu_seconds() - client_cpu
+        shm_rows = bench_shm(port, rounds, q_like)
     floor_s = loopback_floor(body, rounds)
     medians = {phase: statistics.median(run[phase] for run in runs) for phase in runs[0]}
     print(f"  {'':44s} {'median':>11s} {'x copy':>7s} {'x floor':>8s}")
@@ -288,6 +289,9 @@ def bench_http(rounds: int) -> None:
     print(row.format("floor: bare TCP echo of the body, no HTTP", floor_s * 1e3, floor_s / copy_s, 1.0))
     for phase, value in medians.items():
         print(row.format(phase, value * 1e3, value / copy_s, value / floor_s))
+    print("  shared memory (client transport='shm', same server, same run; x copy: median of per-round ratios):")
+    for phase, (value, ratio) in shm_rows.items():
+        print(row.format(phase, value * 1e3, ratio, value / floor_s))
     cpu_ms = (server_cpu + client_cpu) / rounds * 1e3
     cores = os.cpu_count() or 1
     print(
@@ -295,6 +299,41 @@ def bench_http(rounds: int) -> None:
         f"= {cpu_ms:.1f} ms; on {cores} cores no schedule finishes in under {cpu_ms / cores:.1f} ms "
         f"({cpu_ms / cores / (copy_s * 1e3):.2f}x the copy)"
     )
+
+
+def bench_shm(port: int, rounds: int, q_like: torch.Tensor) -> dict[str, tuple[float, float]]:
+    """The same rotation through shared memory with the Python client, end to end from its call to its result
+    (staging copy into the reused region, JSON request, in-place rotation, views back); each round times the
+    in-process copy right before it. ``{phase: (median seconds, median ratio to the copy)}``."""
+    from ropeserve_client import Client
+
+    generator = torch.Generator().manual_seed(1)
+    q = torch.randn(TOKENS, Q_HEADS * HEAD_DIM, generator=generator).to(torch.bfloat16)
+    k = torch.randn(TOKENS, KV_HEADS * HEAD_DIM, generator=generator).to(torch.bfloat16)
+    positions = torch.arange(TOKENS)
+    phases: dict[str, list[tuple[float, float]]] = {}
+    with Client(f"http://127.0.0.1:{port}") as client:
+
+        def rotate() -> dict[str, float]:
+            return client.apply_rope(q, k, positions=positions, rope=ROPE, layout="flat", transport="shm").meta
+
+        rotate()
+        for _ in range(rounds):
+            copy_s = seconds(lambda: torch.empty_like(q_like).copy_(q_like))
+            started = time.perf_counter()
+            timings = rotate()["timings"]
+            measured = {
+                "in-process copy, timed before each shm round": copy_s,
+                "shm end to end (client call to result)": time.perf_counter() - started,
+                "shm server total (prepare, queue, compute)": timings["total_s"],
+                "shm server compute (in-place rotation)": timings["compute_s"],
+            }
+            for phase, value in measured.items():
+                phases.setdefault(phase, []).append((value, value / copy_s))
+    return {
+        phase: (statistics.median(v for v, _ in values), statistics.median(r for _, r in values))
+        for phase, values in phases.items()
+    }  # the copy's own row reads 1.00x
 
 
 def process_cpu_seconds(pid: int) -> float:

@@ -6,7 +6,9 @@ ServiceError                      500  internal
 ├── MalformedPayload              400  malformed-payload  (unparsable JSON / safetensors bytes)
 ├── Unauthorized                  401  unauthorized
 ├── RequestTimeout                408  request-timeout    (head or body too slow; the connection closes)
+├── NotFound                      404  not-found          (an unknown shared-memory region or object)
 ├── NotAcceptable                 406  not-acceptable     (Accept names no media type we produce)
+├── Conflict                      409  conflict           (a region registered differently, unlinked or shrunk)
 ├── PayloadTooLarge               413  payload-too-large  (body size, refused before it is read)
 ├── UnsupportedMediaType          415  unsupported-media-type
 ├── Overloaded                    429  overloaded         (queue full; Retry-After)
@@ -105,6 +107,18 @@ class RequestTimeout(ServiceError):
     status = 408
     slug = "request-timeout"
     title = "Request timeout"
+
+
+class NotFound(ServiceError):
+    status = 404
+    slug = "not-found"
+    title = "Not found"
+
+
+class Conflict(ServiceError):
+    status = 409
+    slug = "conflict"
+    title = "Conflict"
 
 
 class NotAcceptable(ServiceError):

@@ -13,6 +13,8 @@ Bucket families live here (one place, as vLLM's ``buckets.py``), written as deci
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import (
     GC_COLLECTOR,
     PLATFORM_COLLECTOR,
@@ -24,6 +26,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.multiprocess import MultiProcessCollector
 
 disable_created_metrics()
 
@@ -32,6 +35,9 @@ QUEUE_DURATION_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005
 COMPUTE_DURATION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 10.0)
 BATCH_SIZE_BUCKETS = (0.5, 1.5, 2.5, 3.5, 4.5, 8.5, 16.5, 32.5, 64.5, 128.5, 256.5)
 TOKEN_BUCKETS = tuple(float(4**k) for k in range(11))
+MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+"""Set (by ``ropeserve serve --workers N``) before prometheus-client is imported: values live in files there,
+and a scrape of any worker sums them (gauges: each one's ``multiprocess_mode``)."""
 RUNTIME_COLLECTORS = (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR)
 """prometheus_client's ``process_*`` (RSS, CPU, open fds, start time) and ``python_*`` collectors."""
 
@@ -59,18 +65,30 @@ class Metrics:
             buckets=HTTP_DURATION_BUCKETS,
             registry=r,
         )
-        self.in_flight = Gauge("ropeserve_http_requests_in_flight", "Requests being handled now.", registry=r)
+        self.in_flight = Gauge(
+            "ropeserve_http_requests_in_flight", "Requests being handled now.", registry=r, multiprocess_mode="livesum"
+        )
         self.errors = Counter(
             "ropeserve_http_errors", "Error responses by problem type.", ["error_type", "status"], registry=r
         )
         self.ready = Gauge(
-            "ropeserve_ready", "1 when the service accepts work, 0 while warming or draining.", registry=r
+            "ropeserve_ready",
+            "1 when the service accepts work, 0 while warming or draining (with workers: all of them).",
+            registry=r,
+            multiprocess_mode="livemin",
         )
         self.build_info = Gauge(
-            "ropeserve_build_info", "Version, device and rotation kernel.", ["version", "device", "kernel"], registry=r
+            "ropeserve_build_info",
+            "Version, device and rotation kernel.",
+            ["version", "device", "kernel"],
+            registry=r,
+            multiprocess_mode="livemax",
         )
         self.table_cache_entries = Gauge(
-            "ropeserve_rope_table_cache_entries", "Cached rope tables (bounded LRU).", registry=r
+            "ropeserve_rope_table_cache_entries",
+            "Cached rope tables (bounded LRU; with workers: the sum of theirs).",
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.table_cache_bytes = Gauge(
             "ropeserve_rope_table_cache_bytes", "Bytes of cos/sin rows in the rope table cache.", registry=r
@@ -96,7 +114,12 @@ class Metrics:
         self.batch_tokens = Histogram(
             "ropeserve_batch_tokens", "Tokens in one kernel call.", buckets=TOKEN_BUCKETS, registry=r
         )
-        self.queue_depth = Gauge("ropeserve_batch_queue_depth", "Rotation requests waiting to be batched.", registry=r)
+        self.queue_depth = Gauge(
+            "ropeserve_batch_queue_depth",
+            "Rotation requests waiting to be batched.",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self.dropped = Counter(
             "ropeserve_dropped_requests", "Requests dropped before compute (client gone).", registry=r
         )
@@ -105,5 +128,10 @@ class Metrics:
         )
 
     def exposition(self) -> bytes:
-        """The registry in Prometheus text format."""
-        return generate_latest(self.registry)
+        """The registry in Prometheus text format; with workers, every worker's values combined."""
+        directory = os.environ.get(MULTIPROC_DIR_ENV)
+        if not directory:
+            return generate_latest(self.registry)
+        combined = CollectorRegistry()
+        MultiProcessCollector(combined, path=directory)
+        return generate_latest(combined)

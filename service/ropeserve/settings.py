@@ -76,10 +76,29 @@ class Settings(BaseSettings):
     )
 
     auth_token: str | None = Field(None, description="If set, Bearer token required on API routes.")
+    auth_tokens: list[str] = Field(
+        default_factory=list,
+        description="More accepted Bearer tokens, one per client: each token is its own credential (shared-memory "
+        "regions belong to the credential that registered them).",
+    )
     auth_protect_probes: bool = Field(False, description="Also require the token on health and metrics.")
     cors_origins: list[str] = Field(default_factory=list, description="CORS allow-list; empty = CORS off.")
+    shm_enabled: bool = Field(
+        True, description="Shared-memory transport for clients on the same host (/v1/shm/regions, JSON rotations)."
+    )
+    shm_key_prefix: str = Field(
+        "ropeserve", min_length=1, description="Shared-memory objects a client may register must start with it."
+    )
+    shm_max_regions_per_client: int = Field(16, ge=1, description="Registered regions per credential.")
     drain_delay_s: float = Field(
         0.0, ge=0, description="At SIGTERM: seconds to keep serving with readiness 503 before closing the listener."
+    )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="Server processes accepting on one port (each with its own batcher and table cache); "
+        "/metrics sums them (prometheus-client multiprocess mode).",
     )
     drain_timeout_s: float = Field(30.0, ge=0, description="Grace period for in-flight requests at SIGTERM.")
     header_timeout_s: float = Field(
@@ -104,6 +123,11 @@ class Settings(BaseSettings):
                 f"({largest}): no such request could ever be served"
             )
         return self
+
+
+def credentials(settings: Settings) -> list[str]:
+    """Every accepted Bearer token (``auth_token`` first); empty when auth is off."""
+    return [token for token in [settings.auth_token, *settings.auth_tokens] if token]
 
 
 @lru_cache(maxsize=1)

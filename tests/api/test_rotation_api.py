@@ -137,8 +137,13 @@ def test_mrope_endpoint_refuses_a_plain_rope_model(client: TestClient) -> None:
 
 
 def test_wrong_content_type_is_415(client: TestClient) -> None:
-    response = client.post("/v1/rope/apply", content=b"{}", headers={"content-type": "application/json"})
+    response = client.post("/v1/rope/apply", content=b"{}", headers={"content-type": "text/plain"})
     problem(response, 415, "unsupported-media-type")
+
+
+def test_json_body_is_the_shared_memory_form(client: TestClient) -> None:
+    response = client.post("/v1/rope/apply", content=b"{}", headers={"content-type": "application/json"})
+    assert problem(response, 422, "invalid-input")["field"] == "params"
 
 
 def test_oversized_body_is_413_before_it_is_read(client: TestClient) -> None:

@@ -30,3 +30,18 @@ def test_invalid_settings_exit_two_with_one_line(env: dict[str, str], named: str
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and named in lines[0]
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_serve_sets_the_openmp_wait_policy_unless_given(
+    monkeypatch: pytest.MonkeyPatch, given: str | None, expected: str
+) -> None:
+    from ropeserve import cli
+
+    monkeypatch.setenv("ROPESERVE_PORT", "abc")  # invalid: serve stops (status 2) before starting anything
+    if given is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", given)
+    assert cli.main(["serve"]) == 2
+    assert os.environ["OMP_WAIT_POLICY"] == expected

@@ -15,7 +15,15 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from ropeserve import __version__
-from ropeserve.api import routes_encodings, routes_health, routes_lint, routes_positions, routes_rope, routes_rotation
+from ropeserve.api import (
+    routes_encodings,
+    routes_health,
+    routes_lint,
+    routes_positions,
+    routes_rope,
+    routes_rotation,
+    routes_shm,
+)
 from ropeserve.api.docs import install_docs, operation_id
 from ropeserve.api.middleware import ServiceMiddleware, configure_access_log
 from ropeserve.api.problems import declare_common_problems, install_problem_handlers
@@ -86,6 +94,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_docs(app)
     app.state.runtime = runtime
     routes_rotation.install(app)
+    routes_shm.install(app)
     runtime.metrics.build_info.labels(
         version=__version__, device=str(runtime.device), kernel=str(runtime.extensions.get("kernel", "native"))
     ).set(1)

@@ -13,6 +13,7 @@ carries ``Connection: close`` so that no keep-alive connection is left idle when
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import logging
 import time
@@ -29,7 +30,7 @@ from ropeserve.errors import Busy, PayloadTooLarge, RequestTimeout, ServiceError
 from ropeserve.logs import ACCESS_LOGGER, FIELDS_ATTRIBUTE, json_handler
 from ropeserve.metrics import Metrics
 from ropeserve.serving import BodyBudget, BodyClaim
-from ropeserve.settings import JSON_MEMORY_FACTOR, Settings
+from ropeserve.settings import JSON_MEMORY_FACTOR, Settings, credentials
 
 access_logger = logging.getLogger(ACCESS_LOGGER)
 Draining = Callable[[], bool]
@@ -56,10 +57,15 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-def _bearer_matches(authorization: str | None, token: str) -> bool:
-    """``Authorization: Bearer <token>``; the scheme is case-insensitive (RFC 9110 §11.1)."""
-    scheme, _, credentials = (authorization or "").strip().partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), token.encode())
+def _credential(authorization: str | None, tokens: list[str]) -> str | None:
+    """Which token ``Authorization: Bearer <token>`` carries (the scheme is case-insensitive, RFC 9110 §11.1), as
+    a stable id (a hash prefix, never the token); None for none of them. Every token is compared, in constant
+    time, whatever matches."""
+    scheme, _, given = (authorization or "").strip().partition(" ")
+    matches = [hmac.compare_digest(given.strip().encode(), token.encode()) for token in tokens]
+    if scheme.lower() != "bearer" or not any(matches):
+        return None
+    return "token-" + hashlib.sha256(tokens[matches.index(True)].encode()).hexdigest()[:16]
 
 
 def _unsupported_encoding(scope: Scope) -> UnsupportedMediaType | None:
@@ -216,10 +222,13 @@ class ServiceMiddleware:
 
     def _refusal(self, scope: Scope) -> ServiceError | None:
         """An error to answer without running the app: bad token, encoded body, or a declared body over the limit."""
-        token = self.settings.auth_token
+        tokens = credentials(self.settings)
         protected = scope["path"] not in PROBE_PATHS or self.settings.auth_protect_probes
-        if token and protected and not _bearer_matches(_header(scope, b"authorization"), token):
-            return Unauthorized("send 'Authorization: Bearer <token>'", headers={"WWW-Authenticate": "Bearer"})
+        if tokens and protected:
+            credential = _credential(_header(scope, b"authorization"), tokens)
+            if credential is None:
+                return Unauthorized("send 'Authorization: Bearer <token>'", headers={"WWW-Authenticate": "Bearer"})
+            scope["state"]["credential"] = credential
         if (unsupported := _unsupported_encoding(scope)) is not None:
             return unsupported
         declared, (limit, _) = _header(scope, b"content-length"), body_terms(scope, self.settings)

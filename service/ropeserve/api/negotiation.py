@@ -10,11 +10,12 @@ from typing import Any
 
 import torch
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
+from ropeserve.api.fast_json import FastJSONResponse
 from ropeserve.config.jsonsafe import first_non_finite
 from ropeserve.errors import InvalidInput, NotAcceptable, UnsupportedMediaType
 from ropeserve.serving.codec import (
@@ -215,4 +216,4 @@ def tensor_response(
                 field=name,
             )
         payload[name] = tensor.detach().cpu().to(torch.float64 if tensor.is_floating_point() else torch.int64).tolist()
-    return JSONResponse(payload)
+    return FastJSONResponse(payload)

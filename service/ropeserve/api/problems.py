@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 
 from ropeserve.errors import PROBLEM_BASE_URI, ServiceError, UnsupportedMediaType
 
@@ -158,7 +159,22 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     body = _generic_problem(
         exc.status_code, slug, str(exc.detail), f"{request.method} {request.url.path}: {exc.detail}"
     )
-    return problem_response(body, dict(exc.headers or {}))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(_allowed_methods(request))
+    return problem_response(body, headers)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves on this path (starlette names only the first route's methods)."""
+    probe = {**request.scope, "method": ""}
+    methods = {
+        method
+        for route in request.app.router.routes
+        if isinstance(route, Route) and route.methods and route.matches(probe)[0] == Match.PARTIAL
+        for method in route.methods
+    }
+    return sorted(methods)
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:

@@ -21,7 +21,7 @@ router = APIRouter(tags=["operations"])
 
 
 @router.get("/health/live", summary="Liveness: the process answers")
-def live() -> dict[str, str]:
+async def live() -> dict[str, str]:
     return {"status": "live"}
 
 
@@ -34,12 +34,12 @@ def _ready(runtime: Runtime) -> dict[str, str]:
 
 
 @router.get("/health/ready", summary="Readiness: warm and not draining", responses=problem_responses(503))
-def ready(runtime: RuntimeDep) -> dict[str, str]:
+async def ready(runtime: RuntimeDep) -> dict[str, str]:
     return _ready(runtime)
 
 
 @router.get("/health", summary="Alias of /health/ready", responses=problem_responses(503))
-def health(runtime: RuntimeDep) -> dict[str, str]:
+async def health(runtime: RuntimeDep) -> dict[str, str]:
     return _ready(runtime)
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import Field
 
+from ropeserve.api.inline import INLINE_MAX_BODY_BYTES, run_sized
 from ropeserve.api.negotiation import JSONInThreadRoute
-from ropeserve.api.runtime import RuntimeDep
+from ropeserve.api.runtime import Runtime, RuntimeDep
 from ropeserve.api.schemas import StrictModel
 from ropeserve.lint import validate_config_request
 
@@ -34,7 +35,13 @@ class ValidateRequest(StrictModel):
     "and rope cache rows each target engine derives, and cos/sin numerics for the dtype. Problems in the config "
     "are findings (200); only a malformed request is a 422. Rules: docs/lint.md.",
 )
-def validate_config(body: ValidateRequest, runtime: RuntimeDep) -> dict[str, Any]:
+async def validate_config(body: ValidateRequest, request: Request, runtime: RuntimeDep) -> dict[str, Any]:
+    declared = request.headers.get("content-length", "")
+    size = int(declared) if declared.isdigit() else INLINE_MAX_BODY_BYTES + 1
+    return await run_sized(size, lambda: _validate(body, runtime), INLINE_MAX_BODY_BYTES)
+
+
+def _validate(body: ValidateRequest, runtime: Runtime) -> dict[str, Any]:
     report = validate_config_request(body.model_dump(exclude_none=True))
     for finding in report["findings"]:
         runtime.metrics.lint_findings.labels(rule=finding["rule"], severity=finding["severity"]).inc()

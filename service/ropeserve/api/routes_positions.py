@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -10,9 +11,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
+from ropeserve.api.inline import run_sized, total
 from ropeserve.api.negotiation import TENSOR_RESPONSES, JSONInThreadRoute, tensor_response
 from ropeserve.api.problems import problem_responses
-from ropeserve.api.runtime import RuntimeDep
+from ropeserve.api.runtime import Runtime, RuntimeDep
 from ropeserve.api.schemas import (
     DTYPES,
     DtypeName,
@@ -37,6 +39,8 @@ from ropeserve.positions import (
     vision_position_ids,
 )
 from ropeserve.rope import mrope_cos_sin, vision_cos_sin
+
+GRID_AXES = 3
 
 
 def check_decode_size(cache_lengths: list[int], num_new: int, limit: int) -> None:
@@ -98,7 +102,21 @@ def _positions_1d(body: PositionsRequest, limit: int) -> tuple[str, torch.Tensor
     responses={**TENSOR_RESPONSES, **ERRORS},
     response_class=Response,
 )
-def positions(body: PositionsRequest, request: Request, runtime: RuntimeDep) -> Response:
+async def positions(body: PositionsRequest, request: Request, runtime: RuntimeDep) -> Response:
+    return await run_sized(_positions_bound(body), lambda: _positions(body, request, runtime))
+
+
+def _positions_bound(body: PositionsRequest) -> int:
+    """At least as many positions as the answer holds (the inline/threadpool choice)."""
+    if body.attention_mask is not None:
+        return sum(len(row) for row in body.attention_mask)
+    if body.cache_lengths is not None:
+        return max(len(body.cache_lengths), 1) * body.num_new
+    ends = [body.total_length, total(body.segment_lengths or ()), *(body.cu_seqlens or ())[-1:]]
+    return total(ends) + total(body.past_lengths or ())
+
+
+def _positions(body: PositionsRequest, request: Request, runtime: Runtime) -> Response:
     mode, ids = _positions_1d(body, runtime.settings.max_positions)
     meta = {"mode": mode, "shape": list(ids.shape), "fill_value": body.fill_value}
     return tensor_response(request, {"positions": ids}, meta, runtime.settings.json_response_max_elements)
@@ -246,7 +264,29 @@ def _mrope_prefill(body: MRopePositionsRequest, limit: int) -> Any:
     responses={**TENSOR_RESPONSES, **ERRORS},
     response_class=Response,
 )
-def mrope_positions(body: MRopePositionsRequest, request: Request, runtime: RuntimeDep) -> Response:
+async def mrope_positions(body: MRopePositionsRequest, request: Request, runtime: RuntimeDep) -> Response:
+    return await run_sized(_prefill_bound(body), lambda: _mrope_positions(body, request, runtime))
+
+
+def _prefill_bound(body: MRopePositionsRequest) -> int:
+    """At least the tokens of the answer: token form as sent; segment form text + image/video grid products."""
+    if body.rows is None:
+        return body.tokens()
+    return sum(_segment_tokens(segment) for row in body.rows for segment in row)
+
+
+def _segment_tokens(segment: dict[str, Any]) -> int:
+    """Text length, or a grid's t·h·w (a bound: merging divides it); other values (rejected later) count 0."""
+    tokens = 0
+    for value in segment.values():
+        if isinstance(value, int):
+            tokens += value
+        elif isinstance(value, list) and len(value) == GRID_AXES and all(isinstance(item, int) for item in value):
+            tokens += math.prod(value)
+    return tokens
+
+
+def _mrope_positions(body: MRopePositionsRequest, request: Request, runtime: Runtime) -> Response:
     result = _mrope_prefill(body, runtime.settings.max_positions)
     position_ids = result.position_ids
     if body.context_len is not None or body.seq_len is not None:
@@ -270,7 +310,12 @@ class MRopeDecodeRequest(StrictModel):
     response_class=Response,
     operation_id="mrope_decode_positions",
 )
-def mrope_decode(body: MRopeDecodeRequest, request: Request, runtime: RuntimeDep) -> Response:
+async def mrope_decode(body: MRopeDecodeRequest, request: Request, runtime: RuntimeDep) -> Response:
+    bound = 3 * max(len(body.cache_lengths), 1) * body.num_new
+    return await run_sized(bound, lambda: _mrope_decode(body, request, runtime))
+
+
+def _mrope_decode(body: MRopeDecodeRequest, request: Request, runtime: Runtime) -> Response:
     check_decode_size(body.cache_lengths, body.num_new, runtime.settings.max_positions)
     ids = mrope_decode_positions(body.mrope_position_deltas, body.cache_lengths, body.num_new)
     meta = {"shape": list(ids.shape)}

@@ -8,9 +8,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import Field
 
+from ropeserve.api.inline import run_sized
 from ropeserve.api.negotiation import TENSOR_RESPONSES, JSONInThreadRoute, tensor_response
 from ropeserve.api.problems import problem_responses
-from ropeserve.api.runtime import RuntimeDep
+from ropeserve.api.runtime import Runtime, RuntimeDep
 from ropeserve.api.schemas import (
     DTYPES,
     DtypeName,
@@ -52,7 +53,12 @@ class CosSinRequest(RopeSource):
     responses={**TENSOR_RESPONSES, **problem_responses(406, 413, 422)},
     response_class=Response,
 )
-def cos_sin(body: CosSinRequest, request: Request, runtime: RuntimeDep) -> Response:
+async def cos_sin(body: CosSinRequest, request: Request, runtime: RuntimeDep) -> Response:
+    count = body.positions.count() if isinstance(body.positions, PositionRange) else len(body.positions)
+    return await run_sized(count, lambda: _cos_sin(body, request, runtime))
+
+
+def _cos_sin(body: CosSinRequest, request: Request, runtime: Runtime) -> Response:
     settings = runtime.settings
     params, default_pairing = body.resolve()
     positions = positions_tensor(body.positions, settings.max_positions)

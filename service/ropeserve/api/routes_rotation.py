@@ -95,7 +95,12 @@ def rotation_service(runtime: Runtime) -> RotationService:
 
 
 async def apply_rotation(request: Request, runtime: Runtime, *, mrope: bool) -> Response:
-    """Read (into a pooled buffer when large), rotate, answer; the buffer goes back only after a full send."""
+    """Read (into a pooled buffer when large), rotate, answer; the buffer goes back only after a full send.
+    A JSON body names tensors in shared-memory regions instead (``routes_shm``)."""
+    if request.headers.get("content-type", "").startswith("application/json") and "shm" in runtime.extensions:
+        from ropeserve.api.routes_shm import rotate_shm  # it imports this module
+
+        return await rotate_shm(request, runtime, mrope=mrope)
     started = time.perf_counter()
     timings: dict[str, float] = {}
     service = rotation_service(runtime)

@@ -47,7 +47,8 @@ class Runtime:
         self.metrics.ready.set(1 if ready and not self.draining else 0)
 
 
-def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Runtime:
+    """``async`` so that FastAPI resolves it on the event loop (a sync dependency costs a thread hop)."""
     return request.app.state.runtime
 
 

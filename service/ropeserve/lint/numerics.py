@@ -19,6 +19,7 @@ float64 angle of the float64 frequency. bfloat16 rounds the float32 bit pattern 
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Callable
@@ -101,8 +102,12 @@ def float32_frequencies(params: RopeParams, seq_len: int | None) -> tuple[Spectr
     return exact, emulated
 
 
+@functools.lru_cache(maxsize=1024)
 def table_error(params: RopeParams, position: int, phase_dtype: str, table_dtype: str) -> TableError:
-    """Max abs cos/sin error at ``position`` (frequencies as at sequence length ``position + 1``)."""
+    """Max abs cos/sin error at ``position`` (frequencies as at sequence length ``position + 1``).
+
+    Pure and about 0.2 ms in Python, asked for up to three times per lint: cached (bounded), so a pipeline
+    that lints the same model again pays nothing."""
     exact, emulated = float32_frequencies(params, position + 1)
     to_phase, to_table = ROUNDERS[phase_dtype], ROUNDERS[table_dtype]
     scale = exact.attention_factor

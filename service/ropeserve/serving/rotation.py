@@ -105,11 +105,12 @@ class RotationJob:
 
 @dataclass(frozen=True)
 class RotationResult:
-    """The response: body chunks, timing headers, and the metadata written into the body."""
+    """The response: body chunks, timing headers, the metadata written into the body, and the rotated tensors."""
 
     body: EncodedSafetensors
     headers: dict[str, str]
     metadata: dict[str, Any]
+    tensors: dict[str, torch.Tensor]
 
 
 class RotationService:
@@ -272,7 +273,7 @@ class RotationService:
         }
         headers = {"x-queue-time": f"{timed.queue_s:.6f}", "x-compute-time": f"{timed.compute_s:.6f}"}
         body = encode_safetensors(tensors, {METADATA_KEY: json.dumps(metadata)})
-        return RotationResult(body, headers, metadata)
+        return RotationResult(body, headers, metadata, tensors)
 
 
 def _check_position_values(positions: torch.Tensor) -> None:

@@ -7,6 +7,7 @@ parsing) and in the operation builders, so the two classes differ only where one
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from types import TracebackType
@@ -16,9 +17,17 @@ import httpx
 
 from ropeserve_client._arrays import SAFETENSORS_MEDIA_TYPE, ArrayBackend, resolve_backend
 from ropeserve_client._endpoints import Endpoints
-from ropeserve_client._exceptions import error_from_response, error_from_transport
+from ropeserve_client._exceptions import (
+    APIError,
+    NotFound,
+    TransportError,
+    error_from_response,
+    error_from_transport,
+)
 from ropeserve_client._operations import JSON_MEDIA_TYPE, Operation
+from ropeserve_client._results import TensorResult
 from ropeserve_client._retry import DEFAULT_RETRY, RetryPolicy, parse_retry_after
+from ropeserve_client._shm import Region, ShmPool, stage
 from ropeserve_client._version import __version__
 
 __all__ = ["DEFAULT_LIMITS", "DEFAULT_TIMEOUT", "DEFAULT_URL", "AsyncClient", "BaseClient", "Client"]
@@ -66,6 +75,7 @@ class BaseClient(Generic[HttpClient]):
         self.backend = resolve_backend(array_backend)
         self.wire = wire
         self._owns_http = http_client is None
+        self._shm = ShmPool()
         token = token or os.environ.get("ROPESERVE_TOKEN")
         default_headers = {"user-agent": f"ropeserve-client/{__version__}", **(headers or {})}
         if token:
@@ -146,8 +156,36 @@ class Client(BaseClient[httpx.Client], Endpoints):
     def _sleep(self, seconds: float) -> None:
         time.sleep(seconds)
 
+    def _rotate_shm(self, path: str, tensors: dict[str, Any], params: dict[str, Any]) -> TensorResult:
+        """A rotation through shared memory (``transport="shm"``; see ``ropeserve_client._shm``)."""
+        call = stage(self._shm, path, tensors, params, self.backend)
+        for region in call.retired:
+            self._forget(region)
+        try:
+            if not call.region.registered:
+                self._send(call.region.register())
+                call.region.registered = True
+            try:
+                answer = self._send(call.operation)
+            except NotFound:  # this server (or worker process) does not know the region: register it there, once
+                self._send(call.region.register())
+                answer = self._send(call.operation)
+            return TensorResult(*call.finish(answer))
+        finally:
+            call.release()
+
+    def _forget(self, region: Region) -> None:
+        """Unlink a region and unregister it (best effort: the server may be gone)."""
+        region.unlink()
+        if region.registered:
+            with contextlib.suppress(APIError, TransportError):
+                self._send(region.unregister())
+
     def close(self) -> None:
-        """Close pooled connections (only those of an httpx client this object made)."""
+        """Unregister and unlink shared-memory regions; close pooled connections (only those of an httpx client
+        this object made)."""
+        for region in self._shm.drain():
+            self._forget(region)
         if self._owns_http:
             self._http.close()
 
@@ -190,8 +228,35 @@ class AsyncClient(BaseClient[httpx.AsyncClient], Endpoints):
     async def _sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
 
+    async def _rotate_shm(self, path: str, tensors: dict[str, Any], params: dict[str, Any]) -> TensorResult:
+        """As :meth:`Client._rotate_shm`, awaiting each request."""
+        call = stage(self._shm, path, tensors, params, self.backend)
+        for region in call.retired:
+            await self._forget(region)
+        try:
+            if not call.region.registered:
+                await self._send(call.region.register())
+                call.region.registered = True
+            try:
+                answer = await self._send(call.operation)
+            except NotFound:
+                await self._send(call.region.register())
+                answer = await self._send(call.operation)
+            return TensorResult(*call.finish(answer))
+        finally:
+            call.release()
+
+    async def _forget(self, region: Region) -> None:
+        region.unlink()
+        if region.registered:
+            with contextlib.suppress(APIError, TransportError):
+                await self._send(region.unregister())
+
     async def aclose(self) -> None:
-        """Close pooled connections (only those of an httpx client this object made)."""
+        """Unregister and unlink shared-memory regions; close pooled connections (only those of an httpx client
+        this object made)."""
+        for region in self._shm.drain():
+            await self._forget(region)
         if self._owns_http:
             await self._http.aclose()
 

@@ -39,6 +39,8 @@ T = TypeVar("T")
 Dtype = Literal["float32", "bfloat16", "float16"]
 Pairing = Literal["neox", "gptj"]
 Layout = Literal["bhtd", "bthd", "flat"]
+Transport = Literal["http", "shm"]
+ROPE_APPLY, MROPE_APPLY = "/v1/rope/apply", "/v1/mrope/apply"
 Ints = Sequence[int] | Sequence[Sequence[int]] | Any
 """A (nested) list of ints, or an integer tensor/array."""
 
@@ -73,6 +75,29 @@ class Endpoint(Generic[P, T]):
         def call(*args: P.args, **kwargs: P.kwargs) -> Any:
             options = {name: kwargs.pop(name) for name in CALL_OPTIONS if name in kwargs}
             return send(build(*args, **kwargs).with_call_options(**options))
+
+        return call
+
+
+class RotationEndpoint(Endpoint[P, T]):
+    """``apply_rope`` / ``apply_mrope``: as :class:`Endpoint`, plus ``transport="shm"`` (shared memory)."""
+
+    def __init__(self, build: Callable[P, Operation[T]], path: str) -> None:
+        super().__init__(build)
+        self.path = path
+
+    def __get__(self, client: Any, owner: type) -> Any:
+        if client is None:
+            return self
+        over_http = super().__get__(client, owner)
+
+        @functools.wraps(self.build)
+        def call(*args: Any, transport: Transport = "http", **kwargs: Any) -> Any:
+            if transport == "shm":
+                return client._rotate_shm(self.path, *rotation_inputs(*args, **kwargs))
+            if transport != "http":
+                raise ValueError(f"transport must be 'http' or 'shm', not {transport!r}")
+            return over_http(*args, **kwargs)
 
         return call
 
@@ -284,6 +309,28 @@ def _rotation_params(source: dict[str, Any], options: Mapping[str, Any], extra: 
     return {**source, **options, **extra}
 
 
+def rotation_inputs(
+    q: Any,
+    k: Any = None,
+    *,
+    positions: Any,
+    preset: str | None = None,
+    config: ConfigLike | None = None,
+    rope: Mapping[str, Any] | None = None,
+    layer_type: str | None = None,
+    layout: Layout | None = None,
+    pairing: Pairing | None = None,
+    dtype: Dtype | None = None,
+    rotary_dim: int | None = None,
+    **extra: Any,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(tensors, params)`` of a rotation request, whatever carries it."""
+    source = rope_source(preset=preset, config=config, rope=rope, layer_type=layer_type)
+    tensors = {"q": q, "k": k, "positions": _int_tensor(positions)}
+    options = {"layout": layout, "pairing": pairing, "dtype": dtype, "rotary_dim": rotary_dim}
+    return tensors, _rotation_params(source, options, extra)
+
+
 def apply_rope(
     q: Any,
     k: Any = None,
@@ -306,33 +353,20 @@ def apply_rope(
     * **positions** - int tensor ``[T]`` or ``[B, T]``.
     * **dtype** - cast q and k to it before rotating (default: keep theirs); **rotary_dim** - override the
       rotated width (partial rotary).
+    * **transport** (on a client) - ``"http"`` (default) or ``"shm"``: through shared memory, for a client on
+      the server's host (the results are then views on the client's region; see ``ropeserve_client._shm``).
     """
-    source = rope_source(preset=preset, config=config, rope=rope, layer_type=layer_type)
-    tensors = {"q": q, "k": k, "positions": _int_tensor(positions)}
-    options = {"layout": layout, "pairing": pairing, "dtype": dtype, "rotary_dim": rotary_dim}
-    return tensors_post("/v1/rope/apply", tensors, _rotation_params(source, options, extra))
+    tensors, params = rotation_inputs(
+        q, k, positions=positions, preset=preset, config=config, rope=rope, layer_type=layer_type, layout=layout,
+        pairing=pairing, dtype=dtype, rotary_dim=rotary_dim, **extra,
+    )  # fmt: skip
+    return tensors_post(ROPE_APPLY, tensors, params)
 
 
-def apply_mrope(
-    q: Any,
-    k: Any = None,
-    *,
-    positions: Any,
-    preset: str | None = None,
-    config: ConfigLike | None = None,
-    rope: Mapping[str, Any] | None = None,
-    layer_type: str | None = None,
-    layout: Layout | None = None,
-    pairing: Pairing | None = None,
-    dtype: Dtype | None = None,
-    rotary_dim: int | None = None,
-    **extra: Any,
-) -> Operation[TensorResult]:
-    """``POST /v1/mrope/apply``: as :func:`apply_rope` with M-RoPE ``positions`` ``[3, T]`` or ``[3, B, T]``."""
-    source = rope_source(preset=preset, config=config, rope=rope, layer_type=layer_type)
-    tensors = {"q": q, "k": k, "positions": _int_tensor(positions)}
-    options = {"layout": layout, "pairing": pairing, "dtype": dtype, "rotary_dim": rotary_dim}
-    return tensors_post("/v1/mrope/apply", tensors, _rotation_params(source, options, extra))
+def apply_mrope(q: Any, k: Any = None, *, positions: Any, **options: Any) -> Operation[TensorResult]:
+    """``POST /v1/mrope/apply``: as :func:`apply_rope` (same options, ``transport="shm"`` too) with M-RoPE
+    ``positions`` ``[3, T]`` or ``[3, B, T]``."""
+    return tensors_post(MROPE_APPLY, *rotation_inputs(q, k, positions=positions, **options))
 
 
 def _int_tensor(value: Any) -> Any:
@@ -546,8 +580,8 @@ class Endpoints:
     mrope_decode_positions = Endpoint(mrope_decode_positions)
     mrope_cos_sin = Endpoint(mrope_cos_sin)
     vision_rope = Endpoint(vision_rope)
-    apply_rope = Endpoint(apply_rope)
-    apply_mrope = Endpoint(apply_mrope)
+    apply_rope = RotationEndpoint(apply_rope, ROPE_APPLY)
+    apply_mrope = RotationEndpoint(apply_mrope, MROPE_APPLY)
     validate_config = Endpoint(validate_config)
     sinusoidal = Endpoint(sinusoidal)
     alibi = Endpoint(alibi)

@@ -1,0 +1,276 @@
+"""Benchmark: small JSON requests, ropeserve against a bare FastAPI app of the same shape (issue #15).
+
+    .venv/bin/python benchmarks/bench_small.py [--rounds N] [--requests N] [--connections N]
+
+Two uvicorn processes on 127.0.0.1 (free ports, uvloop + httptools, access log off, one worker each):
+``ropeserve serve``, and a bare FastAPI app whose route reads the same body, parses it as JSON and answers bytes of the
+same size (ropeserve's own answer, captured first). A keep-alive load generator (asyncio, raw sockets,
+``--connections`` connections, a bounded number of requests) drives each endpoint on both servers, alternating
+bare and ropeserve within each round so that machine noise hits both; the printed ratio is the median of
+the per-round ratios of requests per second (ropeserve / bare; goal >= 70%). Then the server time of a
+16-position cos/sin (``x-total-time``, measured by ropeserve's middleware; goal < 1 ms) over sequential
+requests, and the JSON encoders measured on the cos/sin answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import timeit
+from collections.abc import Iterator
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+CONFIG = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "configs" / "Qwen__Qwen2.5-7B-Instruct.json"
+ENDPOINTS: dict[str, tuple[str, str, object]] = {
+    "GET probe": ("GET", "/health/live", None),
+    "cos/sin 16 x 128": (
+        "POST",
+        "/v1/rope/cos-sin",
+        {"rope": {"rope_type": "default", "rope_theta": 10000.0, "head_dim": 128}, "positions": list(range(16))},
+    ),
+    "positions packed 4 x 250": ("POST", "/v1/positions", {"segment_lengths": [250, 249, 251, 250]}),
+    "M-RoPE positions": (
+        "POST",
+        "/v1/mrope/positions",
+        {"preset": "qwen2.5-vl-7b", "rows": [[{"text": 12}, {"image": [1, 8, 8]}, {"text": 20}]]},
+    ),
+    "decode positions": ("POST", "/v1/positions", {"cache_lengths": [100, 2000, 35, 7], "num_new": 4}),
+    "M-RoPE decode positions": (
+        "POST",
+        "/v1/mrope/decode-positions",
+        {"mrope_position_deltas": [-10, 0, -3, -4], "cache_lengths": [100, 2000, 35, 7], "num_new": 4},
+    ),
+    "lint one config": ("POST", "/v1/config/validate", {"config": json.loads(CONFIG.read_text())}),
+}
+
+
+# --- servers -------------------------------------------------------------------------------------------------------
+
+
+def bare_app(answers_dir: str):  # noqa: ANN201 - uvicorn app
+    """FastAPI with the same shapes: GET answers a small JSON object; POST /echo/{n} parses the body and answers
+    the stored bytes of endpoint n (ropeserve's answer, so the size is the same)."""
+    app = FastAPI()
+    answers = {path.name: path.read_bytes() for path in Path(answers_dir).iterdir()}
+
+    @app.get("/health/live")
+    async def live() -> dict[str, str]:
+        return {"status": "live"}
+
+    @app.post("/echo/{name}")
+    async def echo(name: str, request: Request) -> Response:
+        json.loads(await request.body())
+        return Response(answers[name], media_type="application/json")
+
+    return app
+
+
+def serve_bare(port: int, answers_dir: str) -> None:
+    import uvicorn
+
+    app = bare_app(answers_dir)
+    uvicorn.run(
+        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, loop="uvloop", http="httptools"
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def server(kind: str, answers_dir: str, torch_threads: int | None = None) -> Iterator[int]:
+    """The bare app, or ropeserve as deployed (``ropeserve serve``: uvloop, httptools), access log off."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    if torch_threads:
+        env["OMP_NUM_THREADS"] = str(torch_threads)
+    if kind == "bare":
+        command = [sys.executable, __file__, "--serve-bare", "--port", str(port), "--answers", answers_dir]
+    else:
+        command = [sys.executable, "-m", "ropeserve.cli", "serve", "--port", str(port), "--device", "cpu"]
+        env.update(ROPESERVE_ACCESS_LOG="false", ROPESERVE_HOST="127.0.0.1", ROPESERVE_LOG_LEVEL="warning")
+    process = subprocess.Popen(command, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            if process.poll() is not None:
+                raise RuntimeError(f"{kind} server exited with {process.returncode}")
+            time.sleep(0.2)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+# --- load generator ------------------------------------------------------------------------------------------------
+
+
+def request_bytes(method: str, path: str, body: object) -> bytes:
+    payload = b"" if body is None else json.dumps(body).encode()
+    head = f"{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+    return head.encode() + f"content-length: {len(payload)}\r\n\r\n".encode() + payload
+
+
+async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, raw: bytes) -> tuple[int, dict, bytes]:
+    writer.write(raw)
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {key.lower(): value.strip() for key, _, value in (line.partition(":") for line in lines[1:] if line)}
+    body = await reader.readexactly(int(headers.get("content-length", "0")))
+    return status, headers, body
+
+
+async def _connection(port: int, raw: bytes, count: int, statuses: list[int]) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        for _ in range(count):
+            status, _headers, _body = await exchange(reader, writer, raw)
+            statuses.append(status)
+    finally:
+        writer.close()
+
+
+async def _load(port: int, raw: bytes, requests: int, connections: int) -> float:
+    statuses: list[int] = []
+    started = time.perf_counter()
+    per_connection = max(1, requests // connections)
+    await asyncio.wait_for(
+        asyncio.gather(*(_connection(port, raw, per_connection, statuses) for _ in range(connections))), timeout=120
+    )
+    elapsed = time.perf_counter() - started
+    if set(statuses) != {200}:
+        raise RuntimeError(f"unexpected statuses {sorted(set(statuses))} for {raw[:60]!r}")
+    return len(statuses) / elapsed
+
+
+def rate(port: int, raw: bytes, requests: int, connections: int) -> float:
+    """Requests per second over ``requests`` keep-alive requests spread on ``connections`` connections."""
+    return asyncio.run(_load(port, raw, requests, connections))
+
+
+async def _one(port: int, raw: bytes) -> tuple[dict, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        status, headers, body = await exchange(reader, writer, raw)
+    finally:
+        writer.close()
+    if status != 200:
+        raise RuntimeError(f"status {status}: {body[:300]!r}")
+    return headers, body
+
+
+async def _server_times(port: int, raw: bytes, count: int) -> list[float]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        return [float((await exchange(reader, writer, raw))[1]["x-total-time"]) for _ in range(count)]
+    finally:
+        writer.close()
+
+
+# --- report --------------------------------------------------------------------------------------------------------
+
+
+def capture_answers(port: int, answers_dir: Path) -> dict[str, bytes]:
+    """Ropeserve's answers (stored for the bare app) and the request bytes for each side."""
+    requests: dict[str, tuple[bytes, bytes]] = {}
+    for index, (name, (method, path, body)) in enumerate(ENDPOINTS.items()):
+        raw = request_bytes(method, path, body)
+        _, answer = asyncio.run(_one(port, raw))
+        (answers_dir / str(index)).write_bytes(answer)
+        bare_path = path if method == "GET" else f"/echo/{index}"
+        requests[name] = (raw, request_bytes(method, bare_path, body), len(answer))  # type: ignore[assignment]
+    return requests  # type: ignore[return-value]
+
+
+def encoder_figures(answer: bytes) -> None:
+    """Time the JSON encoders on the cos/sin answer's Python lists (the values the service serialises)."""
+    import pydantic_core
+
+    values = json.loads(answer)
+    encoders = {"json.dumps (stdlib)": json.dumps, "pydantic_core.to_json": pydantic_core.to_json}
+    for module in ("orjson", "msgspec"):
+        with contextlib.suppress(ImportError):
+            encoders[module] = __import__(module).dumps if module == "orjson" else __import__(module).json.encode
+    print("\nJSON encoders on the cos/sin answer (16 x 128 x 2 + 64 floats):")
+    for name, encode in encoders.items():
+        identical = json.loads(encode(values)) == values
+        per_call = min(timeit.repeat(lambda encode=encode: encode(values), number=50, repeat=5)) / 50
+        print(f"  {name:24s} {per_call * 1e6:8.0f} us   values identical after parsing: {identical}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=400, help="requests per endpoint, per side and round")
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=0,
+        help="OMP_NUM_THREADS of the ropeserve process (0: torch's default, one per core); the Kubernetes "
+        "manifests set it from the CPU limit",
+    )
+    parser.add_argument("--only", help="run the endpoints whose name contains this text")
+    parser.add_argument("--serve-bare", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--answers", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_bare:
+        serve_bare(args.port, args.answers)
+        return
+    threads = args.torch_threads or "default"
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    print(f"{os.cpu_count()} CPUs, load average {load}; ropeserve torch threads: {threads}")
+    with tempfile.TemporaryDirectory() as answers_dir, server("ropeserve", answers_dir, args.torch_threads) as ours:
+        requests = capture_answers(ours, Path(answers_dir))
+        with server("bare", answers_dir) as bare:
+            print(f"{args.rounds} rounds x {args.requests} requests per side, {args.connections} connections")
+            print(
+                f"  {'endpoint':26s} {'answer':>8s} {'bare req/s':>11s} {'ropeserve':>10s} {'ratio':>7s} {'range':>13s}"
+            )
+            for name, (ours_raw, bare_raw, size) in requests.items():
+                if args.only and args.only not in name:
+                    continue
+                rate(bare, bare_raw, 50, 4), rate(ours, ours_raw, 50, 4)  # warm both
+                rounds = [
+                    (
+                        rate(bare, bare_raw, args.requests, args.connections),
+                        rate(ours, ours_raw, args.requests, args.connections),
+                    )
+                    for _ in range(args.rounds)
+                ]
+                ratios = [ropeserve / reference for reference, ropeserve in rounds]
+                print(
+                    f"  {name:26s} {size / 1000:6.1f}kB {statistics.median(r[0] for r in rounds):11.0f} "
+                    f"{statistics.median(r[1] for r in rounds):10.0f} {statistics.median(ratios):6.0%} "
+                    f"{min(ratios):6.0%}-{max(ratios):.0%}"
+                )
+        cos_sin = requests["cos/sin 16 x 128"][0]
+        times = asyncio.run(_server_times(ours, cos_sin, 300))[50:]
+        print(
+            f"\nserver time of a 16-position cos/sin (x-total-time, sequential): median "
+            f"{statistics.median(times) * 1e3:.3f} ms, best {min(times) * 1e3:.3f} ms (goal < 1 ms)"
+        )
+        encoder_figures(asyncio.run(_one(ours, cos_sin))[1])
+
+
+if __name__ == "__main__":
+    main()

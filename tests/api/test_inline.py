@@ -1,0 +1,53 @@
+"""Small JSON requests run on the event loop; large ones in the threadpool (``ropeserve.api.inline``)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from ropeserve.api.inline import INLINE_MAX_POSITIONS, run_sized
+from ropeserve.api.routes_positions import (
+    MRopePositionsRequest,
+    PositionsRequest,
+    _positions_bound,
+    _prefill_bound,
+)
+
+
+def test_small_work_runs_on_the_loop_thread_and_large_work_elsewhere() -> None:
+    async def threads() -> tuple[int, int, int]:
+        here = threading.get_ident()
+        small = await run_sized(INLINE_MAX_POSITIONS, threading.get_ident)
+        large = await run_sized(INLINE_MAX_POSITIONS + 1, threading.get_ident)
+        return here, small, large
+
+    here, small, large = asyncio.run(threads())
+    assert small == here
+    assert large != here
+
+
+@pytest.mark.parametrize(
+    ("body", "bound"),
+    [
+        ({"cache_lengths": [5, 6], "num_new": 3}, 6),
+        ({"cache_lengths": [], "num_new": 4}, 4),
+        ({"attention_mask": [[1, 1, 0], [1, 1, 1]]}, 6),
+        ({"segment_lengths": [3, 4]}, 7),
+        ({"segment_lengths": [3, 4], "total_length": 100}, 107),
+        ({"cu_seqlens": [0, 3, 7]}, 7),
+        ({"segment_lengths": [10**400]}, 10**400),  # refused later; the bound only picks the thread
+    ],
+)
+def test_positions_bound_covers_the_answer(body: dict[str, Any], bound: int) -> None:
+    assert _positions_bound(PositionsRequest.model_validate(body)) == bound
+
+
+def test_prefill_bound_counts_grids_and_ignores_malformed_segments() -> None:
+    rows = [[{"text": 12}, {"image": [1, 28, 28]}, {"video": [8, 16, 16], "second_per_grid_t": 0.5}, {"text": "x"}]]
+    body = MRopePositionsRequest.model_validate({"family": "qwen2_vl", "rows": rows})
+    assert _prefill_bound(body) == 12 + 28 * 28 + 8 * 16 * 16
+    tokens = MRopePositionsRequest.model_validate({"family": "qwen2_vl", "mm_token_type_ids": [[0, 1, 1], [0, 0]]})
+    assert _prefill_bound(tokens) == 5
