@@ -11,6 +11,9 @@ Safetensors requests carry the parameters as a JSON string in the header; they a
 from __future__ import annotations
 
 import json
+import mmap
+import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, get_args
@@ -209,6 +212,30 @@ TENSOR_CASES: dict[str, tuple[str, dict[str, torch.Tensor], dict[str, Any]]] = {
 }
 
 
+SHM_TOKENS, SHM_HEADS, SHM_HEAD_DIM = 3, 2, 16
+SHM_Q_BYTES = SHM_TOKENS * SHM_HEADS * SHM_HEAD_DIM * 4
+SHM_REGION = {"name": "fuzz", "byte_size": 4096}
+"""Registered before the rotation case (its ``key`` is the test's own object); fuzzed last."""
+SHM_ROTATION = {
+    "params": {"rope": {"rope_theta": 10000.0, "head_dim": SHM_HEAD_DIM}, "rotary_dim": 16},
+    "q": {"region": "fuzz", "offset": 0, "shape": [1, SHM_HEADS, SHM_TOKENS, SHM_HEAD_DIM], "dtype": "float32"},
+    "positions": {"region": "fuzz", "offset": SHM_Q_BYTES, "shape": [SHM_TOKENS], "dtype": "int64"},
+}
+
+
+@pytest.fixture()
+def shm_key() -> Iterator[str]:
+    """A POSIX shared-memory object of the region's size, made as a client would (zeros: a valid rotation)."""
+    key = f"ropeserve_fuzz_{uuid.uuid4().hex[:12]}"
+    fd = os.open(f"/dev/shm/{key}", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    os.ftruncate(fd, SHM_REGION["byte_size"])
+    mapping = mmap.mmap(fd, SHM_REGION["byte_size"])
+    yield "/" + key
+    mapping.close()
+    os.close(fd)
+    os.unlink(f"/dev/shm/{key}")
+
+
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
     settings = Settings(access_log=False, max_positions=100_000, max_table_elements=1_000_000)
@@ -261,6 +288,33 @@ def test_every_number_of_safetensors_parameters_survives_hostile_values(client: 
             assert_not_5xx(client.post(path, content=body, headers=headers), f"{path} {leaf} = {name}")
 
 
+def test_every_number_of_a_shared_memory_request_survives_hostile_values(client: TestClient, shm_key: str) -> None:
+    region = SHM_REGION | {"key": shm_key}
+    assert client.post("/v1/shm/regions", json=region).status_code == 201
+    try:
+        baseline = client.post("/v1/rope/apply", json=SHM_ROTATION)
+        assert baseline.status_code == 200, baseline.text
+        for leaf in numeric_leaves(SHM_ROTATION):
+            for name, literal in HOSTILE.items():
+                response = client.post(
+                    "/v1/rope/apply",
+                    content=with_literal(SHM_ROTATION, leaf, literal),
+                    headers={"content-type": "application/json"},
+                )
+                assert_not_5xx(response, f"shm rotation {'/'.join(map(str, leaf))} = {name}")
+    finally:
+        client.delete("/v1/shm/regions/fuzz")
+    for leaf in numeric_leaves(region):
+        for name, literal in HOSTILE.items():
+            response = client.post(
+                "/v1/shm/regions",
+                content=with_literal(region, leaf, literal),
+                headers={"content-type": "application/json"},
+            )
+            assert_not_5xx(response, f"shm region {'/'.join(map(str, leaf))} = {name}")
+            client.delete("/v1/shm/regions/fuzz")
+
+
 def request_models() -> set[type[BaseModel]]:
     """Every request model of the API (the StrictModel subclasses, recursively)."""
     found: set[type[BaseModel]] = set()
@@ -278,6 +332,7 @@ def _is_numeric(annotation: Any) -> bool:
 
 def test_the_base_requests_set_every_numeric_field_of_every_request_model() -> None:
     bodies = [body for _, body in JSON_CASES.values()] + [params for _, _, params in TENSOR_CASES.values()]
+    bodies += [SHM_REGION, SHM_ROTATION]
     fuzzed = {leaf[i] for body in bodies for leaf in numeric_leaves(body) for i in range(len(leaf))}
     numeric = {
         f"{model.__name__}.{name}"

@@ -113,11 +113,14 @@ def _location(loc: tuple[Any, ...]) -> str:
 
 def _json_syntax_detail(error: dict[str, Any], document: Any) -> str:
     """Where a JSON body stops parsing, as line and column (1-based) plus the parser's reason."""
-    position = error["loc"][-1] if isinstance(error["loc"][-1], int) else 0
+    location = tuple(error.get("loc", ()))
+    reason = (error.get("ctx") or {}).get("error", "invalid JSON")
+    if not location or not isinstance(location[-1], int):  # pydantic's own parser: its reason names line and column
+        return f"the body is not valid JSON: {reason}"
+    position = location[-1]
     text = document if isinstance(document, str) else ""
     line = text.count("\n", 0, position) + 1
     column = position - text.rfind("\n", 0, position)
-    reason = (error.get("ctx") or {}).get("error", "invalid JSON")
     return f"the body is not valid JSON: {reason} at line {line}, column {column} (character {position})"
 
 
