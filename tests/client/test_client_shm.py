@@ -128,3 +128,18 @@ def test_one_kept_tensor_keeps_its_region(ropeserve_url: str) -> None:
         client.apply_rope(*qk(41), positions=torch.arange(32), rope=ROPE, transport="shm")
         assert torch.equal(kept_q, expected)
         assert len(client._shm.regions) == 2
+
+
+def test_region_endpoints_register_list_and_unregister(ropeserve_url: str) -> None:
+    key = f"{KEY_PREFIX}endpoint_test_{np.random.default_rng().integers(1 << 30)}"
+    path = SHM_DIRECTORY / key
+    path.write_bytes(bytes(4096))
+    try:
+        with Client(ropeserve_url) as client:
+            registered = client.register_region("mine", "/" + key, 4096, read_only=True)
+            assert registered["name"] == "mine"
+            assert "mine" in str(client.list_regions())
+            assert client.unregister_region("mine") == {}
+            assert "mine" not in str(client.list_regions())
+    finally:
+        path.unlink(missing_ok=True)

@@ -20,8 +20,10 @@ from ropeserve_client._operations import (
     PositionsLike,
     get_json,
     get_text,
+    json_post,
     lint_post,
     load_config,
+    parse_empty,
     position_spec,
     rope_source,
     tensor_post,
@@ -135,6 +137,25 @@ def version() -> Operation[dict[str, Any]]:
 def info() -> Operation[dict[str, Any]]:
     """``GET /v1/info``: version, device, kernels, rope types, presets and limits."""
     return get_json("/v1/info")
+
+
+SHM_REGIONS = "/v1/shm/regions"
+
+
+def register_region(name: str, key: str, byte_size: int, *, read_only: bool = False) -> Operation[dict[str, Any]]:
+    """``POST /v1/shm/regions``: register the POSIX shared-memory object ``key`` (``/ropeserve...``, made by the
+    caller, at least ``byte_size`` bytes) as region ``name`` of this client. ``transport="shm"`` does it itself."""
+    return json_post(SHM_REGIONS, {"name": name, "key": key, "byte_size": byte_size, "read_only": read_only})
+
+
+def list_regions() -> Operation[dict[str, Any]]:
+    """``GET /v1/shm/regions``: the regions this client (its credential) registered."""
+    return get_json(SHM_REGIONS)
+
+
+def unregister_region(name: str) -> Operation[dict[str, Any]]:
+    """``DELETE /v1/shm/regions/{name}``: forget the region (the caller still owns and unlinks the object)."""
+    return Operation("DELETE", f"{SHM_REGIONS}/{name}", parse_empty, retry=False)
 
 
 def cos_sin(
@@ -588,4 +609,7 @@ class Endpoints:
     relative = Endpoint(relative)
     sincos_2d = Endpoint(sincos_2d)
     resample = Endpoint(resample)
+    register_region = Endpoint(register_region)
+    list_regions = Endpoint(list_regions)
+    unregister_region = Endpoint(unregister_region)
     request = Endpoint(request)

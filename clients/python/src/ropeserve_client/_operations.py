@@ -104,6 +104,11 @@ def parse_text(response: httpx.Response, backend: Backend) -> str:
     return response.text
 
 
+def parse_empty(response: httpx.Response, backend: Backend) -> dict[str, Any]:
+    """An answer without a body (204)."""
+    return {}
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 

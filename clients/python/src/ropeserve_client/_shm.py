@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
 import numpy as np
 
+from ropeserve_client._endpoints import register_region, unregister_region
 from ropeserve_client._operations import Operation, drop_none, parse_json
 
 __all__ = ["Region", "ShmCall", "ShmPool", "stage"]
@@ -33,7 +33,6 @@ MAX_REGIONS = 8
 ALIGN = 64
 GRANULE = 1 << 20
 """Region sizes are rounded up to whole MiB, so that nearby sizes reuse one region."""
-REGIONS = "/v1/shm/regions"
 ROTATED = ("q", "k")
 _NUMPY_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16", np.dtype(np.int64): "int64"}
 
@@ -59,18 +58,13 @@ class Region:
         return not self.in_use and sys.getrefcount(self.mapping) <= self.idle_refcount
 
     def register(self) -> Operation[dict[str, Any]]:
-        body = {"name": self.name, "key": "/" + self.key, "byte_size": self.size}
-        return Operation("POST", REGIONS, parse_json, json=body)
+        return register_region(self.name, "/" + self.key, self.size)
 
     def unregister(self) -> Operation[dict[str, Any]]:
-        return Operation("DELETE", f"{REGIONS}/{self.name}", _no_body, retry=False)
+        return unregister_region(self.name)
 
     def unlink(self) -> None:
         (SHM_DIRECTORY / self.key).unlink(missing_ok=True)
-
-
-def _no_body(response: httpx.Response, backend: str) -> dict[str, Any]:
-    return {}
 
 
 def _new_region(size: int) -> Region:
