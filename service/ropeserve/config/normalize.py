@@ -18,63 +18,26 @@ Every resolved value remembers where it came from as a JSON pointer (or ``defaul
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ropeserve.config.families import ModelFamily, MropeLayout, family_of
-from ropeserve.config.jsonsafe import FLOAT_MAX, check_json_numbers
-from ropeserve.config.schema import KNOWN_KEYS, ROPE_TYPE_ALIASES, ROPE_TYPE_KEYS, allowed_keys
+from ropeserve.config.families import ModelFamily, family_of
+from ropeserve.config.jsonsafe import check_json_numbers
+from ropeserve.config.params import FIELD_NAMES, RopeParams
+from ropeserve.config.rope_types import ALIASES, ROPE_TYPES, RopeType, lookup
+from ropeserve.config.schema import COMMON_KEYS, KNOWN_KEYS, MROPE_KEYS, allowed_keys
+from ropeserve.config.validate import MAX_HEAD_DIM as MAX_HEAD_DIM
+from ropeserve.config.validate import validate_params
 from ropeserve.errors import InvalidInput
 
 LAYER_TYPE_LABELS = frozenset({"full_attention", "sliding_attention", "chunked_attention", "linear_attention"})
 TEXT_CONFIG_PATHS: tuple[tuple[str, ...], ...] = (("thinker_config", "text_config"), ("text_config",))
-MAX_HEAD_DIM = 16_384
-"""Largest head size accepted (real models use 64-256; the bound keeps tables allocatable)."""
-LONG_CONTEXT_TYPES = frozenset({"llama3", "yarn", "longrope"})
 EXPLICIT_TOP_LEVEL_KEYS = ("head_dim", "max_position_embeddings", "model_type", "original_max_position_embeddings")
 """Explicit keys placed at the config's top level; ``original_max_position_embeddings`` goes there because a
 top-level value is authoritative (a rope-dict one would lose to a class default such as Phi-3's 4096)."""
 EXPLICIT_ONLY_KEYS = frozenset({"rotary_dim", *EXPLICIT_TOP_LEVEL_KEYS})
 """Keys an explicit ``rope`` object may hold besides its rope type's own (``schema.allowed_keys``)."""
-
-
-@dataclass(frozen=True)
-class RopeParams:
-    """Normalised rope parameters of one attention layer type; hashable, so usable as a cache key."""
-
-    rope_type: str
-    rope_theta: float
-    head_dim: int
-    partial_rotary_factor: float = 1.0
-    max_position_embeddings: int | None = None
-    factor: float | None = None
-    original_max_position_embeddings: int | None = None
-    attention_factor: float | None = None
-    beta_fast: float | None = None
-    beta_slow: float | None = None
-    mscale: float | None = None
-    mscale_all_dim: float | None = None
-    truncate: bool = True
-    short_factor: tuple[float, ...] | None = None
-    long_factor: tuple[float, ...] | None = None
-    low_freq_factor: float | None = None
-    high_freq_factor: float | None = None
-    mrope_section: tuple[int, ...] | None = None
-    mrope_layout: MropeLayout | None = None
-
-    @property
-    def rotary_dim(self) -> int:
-        """Channels that rotate: ``int(head_dim * partial_rotary_factor)`` (truncated, as transformers); 0 when
-        the product is not finite (only possible for unvalidated parameters)."""
-        width = self.head_dim * self.partial_rotary_factor
-        return int(width) if math.isfinite(width) else 0
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict of the set fields plus ``rotary_dim``."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
-        out["rotary_dim"] = self.rotary_dim
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 
 
 @dataclass(frozen=True)
@@ -308,10 +271,10 @@ class _Resolver:
 
     def build(self, validate: bool = True) -> RopeParams:
         rope_type = self.rope_type()
-        keys = ROPE_TYPE_KEYS.get(rope_type)
-        if keys is None and validate:
+        definition = lookup(rope_type)
+        if definition is None and validate:
             raise InvalidInput(
-                f"unknown rope_type {rope_type!r}; known: {sorted(ROPE_TYPE_KEYS)}",
+                f"unknown rope_type {rope_type!r}; known: {sorted(ROPE_TYPES)}",
                 field=self.sources["rope_type"],
             )
         max_pos = self.first(
@@ -338,7 +301,7 @@ class _Resolver:
             max_position_embeddings=_as_int(max_pos, "max_position_embeddings", self.sources),
             factor=self.number("factor"),
             original_max_position_embeddings=_as_int(
-                self.original_max(rope_type, max_pos), "original_max_position_embeddings", self.sources
+                self.original_max(definition, max_pos), "original_max_position_embeddings", self.sources
             ),
             attention_factor=self.number("attention_factor"),
             beta_fast=self.number("beta_fast"),
@@ -352,16 +315,17 @@ class _Resolver:
             high_freq_factor=self.number("high_freq_factor"),
             mrope_section=self.mrope_section(),
             mrope_layout=None,
+            extras=self.extras(definition),
         )
         params = _with_mrope_layout(params, self.entry, self.family)
-        if validate:
-            self.check_required(params, keys.required)
+        if validate and definition is not None:
+            self.check_required(params, definition)
             validate_params(params, self.locations())
         return params
 
     def locations(self) -> dict[str, str]:
         """Where each value came from, or, for a value that was not given, where it belongs (for errors)."""
-        missing = {f.name: f"{self.entry_pointer}/{f.name}" for f in fields(RopeParams)}
+        missing = {key: f"{self.entry_pointer}/{key}" for key in (*FIELD_NAMES, *KNOWN_KEYS)}
         missing.update({key: f"{self.pointer}/{key}" for key in ("head_dim", "max_position_embeddings")})
         return {**missing, **self.sources}
 
@@ -371,7 +335,7 @@ class _Resolver:
             raise InvalidInput("rope_type must be a string", field=self.sources["rope_type"])
         if raw in self.family.legacy_longrope_aliases:
             return "longrope"
-        return ROPE_TYPE_ALIASES.get(raw, raw)
+        return ALIASES.get(raw, raw)
 
     def theta(self) -> float:
         value = self.first(
@@ -403,14 +367,14 @@ class _Resolver:
             )
         return _as_int(value, "head_dim", self.sources) or 0
 
-    def original_max(self, rope_type: str, max_pos: Any) -> Any:
-        """transformers' rule: for llama3/yarn/longrope a config attribute ``original_max_position_embeddings``
+    def original_max(self, definition: RopeType | None, max_pos: Any) -> Any:
+        """transformers' rule: for the types that read it (llama3/yarn/longrope) a config attribute ``original_max_position_embeddings``
         (a top-level key, or a class default such as Phi-3's 4096) overwrites a flat rope dict's value; a
         per-layer-type entry only falls back to ``max_position_embeddings``.
         """
         key = "original_max_position_embeddings"
         candidates = [self.from_entry(key)]
-        if rope_type in LONG_CONTEXT_TYPES:
+        if definition is not None and definition.original_from_config:
             if not self.nested:
                 candidates = [self.from_text(key), self.from_class(key), *candidates]
             candidates.append(("default:max_position_embeddings", max_pos))
@@ -445,9 +409,17 @@ class _Resolver:
             )
         return tuple(value)
 
-    def check_required(self, params: RopeParams, required: frozenset[str]) -> None:
-        present = {key for key in required if getattr(params, key) is not None}
-        if params.rope_type == "yarn" and "factor" in self.entry:
+    def extras(self, definition: RopeType | None) -> tuple[tuple[str, float], ...]:
+        """The type's numeric keys that no ``RopeParams`` field holds, as ``(key, value)`` pairs."""
+        if definition is None:
+            return ()
+        own = sorted(definition.keys - set(FIELD_NAMES) - COMMON_KEYS - MROPE_KEYS)
+        return tuple((key, value) for key in own if (value := self.number(key)) is not None)
+
+    def check_required(self, params: RopeParams, definition: RopeType) -> None:
+        required = definition.required
+        present = {key for key in required if params.value(key) is not None}
+        if definition.null_factor_allowed and "factor" in self.entry:
             present.add("factor")  # an explicit null factor means max_position_embeddings / original
         missing = sorted(required - present)
         if missing:
@@ -468,122 +440,6 @@ def _replace(params: RopeParams, **changes: Any) -> RopeParams:
     values = {f.name: getattr(params, f.name) for f in fields(params)}
     values.update(changes)
     return RopeParams(**values)
-
-
-def validate_params(params: RopeParams, sources: Mapping[str, str] | None = None) -> None:
-    """Reject parameters no rope computation can serve (each error names the offending field)."""
-    where = dict(sources or {})
-
-    def fail(key: str, message: str) -> None:
-        raise InvalidInput(message, field=where.get(key, key))
-
-    if not math.isfinite(params.rope_theta) or params.rope_theta <= 0:
-        fail("rope_theta", f"rope_theta must be a finite number > 0, got {params.rope_theta}")
-    if not 0 < params.head_dim <= MAX_HEAD_DIM:
-        fail("head_dim", f"head_dim must be in 1..{MAX_HEAD_DIM}, got {params.head_dim}")
-    if not 0 < params.partial_rotary_factor <= 1:
-        fail(
-            "partial_rotary_factor",
-            f"partial_rotary_factor must be in (0, 1], got {params.partial_rotary_factor}",
-        )
-    if params.rope_type == "proportional":  # full-width cos/sin with a zero tail: only the head must pair up
-        if params.head_dim < 2 or params.head_dim % 2:
-            fail("head_dim", f"proportional RoPE rotates the full head: head_dim {params.head_dim} must be even")
-    elif params.rotary_dim < 2 or params.rotary_dim % 2:
-        fail(
-            "partial_rotary_factor" if params.partial_rotary_factor != 1.0 else "head_dim",
-            f"rotary dimension int(head_dim*partial_rotary_factor) = {params.rotary_dim} must be even and >= 2",
-        )
-    for key in (
-        "factor",
-        "attention_factor",
-        "beta_fast",
-        "beta_slow",
-        "mscale",
-        "mscale_all_dim",
-        "low_freq_factor",
-        "high_freq_factor",
-    ):
-        value = getattr(params, key)
-        if value is not None and (not math.isfinite(value) or value < 0):
-            fail(key, f"{key} must be a finite number >= 0, got {value}")
-    if params.factor is not None and params.factor <= 0:
-        fail("factor", f"factor must be > 0, got {params.factor}")
-    for key in ("max_position_embeddings", "original_max_position_embeddings"):
-        value = getattr(params, key)
-        if value is not None and value <= 0:
-            fail(key, f"{key} must be > 0, got {value}")
-    _validate_type_specific(params, fail)
-
-
-def _validate_type_specific(params: RopeParams, fail: Any) -> None:
-    half = params.rotary_dim // 2
-    _validate_formula_domains(params, fail)
-    if params.rope_type == "longrope":
-        for key in ("short_factor", "long_factor"):
-            values = getattr(params, key)
-            if len(values) != half:
-                fail(key, f"{key} has {len(values)} entries; rotary_dim/2 = {half} are needed")
-            if not all(math.isfinite(v) and v > 0 for v in values):
-                fail(key, f"{key} entries must be finite and > 0")
-    if params.rope_type == "llama3" and params.high_freq_factor <= params.low_freq_factor:  # type: ignore[operator]
-        fail("high_freq_factor", "high_freq_factor must be greater than low_freq_factor")
-    if params.rope_type in {"yarn", "longrope"} and params.factor is None and not params.max_position_embeddings:
-        fail("factor", f"{params.rope_type} without factor needs max_position_embeddings")
-    if params.rope_type == "dynamic" and not params.max_position_embeddings:
-        fail("max_position_embeddings", "dynamic NTK needs max_position_embeddings")
-    if params.mrope_section is not None and sum(params.mrope_section) != half:
-        fail(
-            "mrope_section",
-            f"mrope_section {list(params.mrope_section)} sums to {sum(params.mrope_section)}; "
-            f"rotary_dim/2 = {half} is needed",
-        )
-
-
-def _yarn_domain(params: RopeParams, fail: Any) -> None:
-    original = params.original_max_position_embeddings or params.max_position_embeddings or 1
-    for key in ("beta_fast", "beta_slow"):  # an explicit 0 means the default
-        value = getattr(params, key)
-        if value and not _finite_quotient(original, value * 2 * math.pi):
-            fail(key, f"yarn takes ln(original_max_position_embeddings / (2 pi {key})): {key} {value} overflows it")
-    if params.rope_theta == 1:
-        fail("rope_theta", "yarn divides by ln(rope_theta): rope_theta must not be 1")
-
-
-def _llama3_domain(params: RopeParams, fail: Any) -> None:
-    if params.low_freq_factor == 0:
-        fail("low_freq_factor", "llama3 divides by low_freq_factor: it must be > 0")
-
-
-def _dynamic_domain(params: RopeParams, fail: Any) -> None:
-    if params.rotary_dim <= 2:
-        fail("head_dim", f"dynamic NTK raises to rotary_dim/(rotary_dim-2): rotary_dim {params.rotary_dim} must be > 2")
-
-
-def _longrope_domain(params: RopeParams, fail: Any) -> None:
-    if params.attention_factor is None and params.original_max_position_embeddings == 1:
-        fail("original_max_position_embeddings", "longrope divides by ln(original_max_position_embeddings): need > 1")
-
-
-FORMULA_DOMAINS: dict[str, Callable[[RopeParams, Any], None]] = {
-    "yarn": _yarn_domain,
-    "llama3": _llama3_domain,
-    "dynamic": _dynamic_domain,
-    "longrope": _longrope_domain,
-}
-"""Per rope type: values inside the generic ranges that would still divide by zero or overflow in its formula
-(``ropeserve.rope.registry.compute_inv_freq`` guards whatever is left)."""
-
-
-def _validate_formula_domains(params: RopeParams, fail: Any) -> None:
-    check = FORMULA_DOMAINS.get(params.rope_type)
-    if check is not None:
-        check(params, fail)
-
-
-def _finite_quotient(numerator: float, denominator: float) -> bool:
-    """``numerator / denominator`` is a finite, non-zero float (its logarithm exists)."""
-    return 0 < denominator <= FLOAT_MAX and 0 < numerator / denominator <= FLOAT_MAX
 
 
 def _is_number(value: Any) -> bool:

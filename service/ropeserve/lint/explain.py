@@ -21,7 +21,7 @@ from ropeserve.errors import InvalidInput
 from ropeserve.lint.engines import position_capacity
 from ropeserve.lint.intent import DeploymentIntent
 from ropeserve.lint.model import ModelView, check_computable
-from ropeserve.lint.spectrum import Ramp, spectrum
+from ropeserve.config.rope_types import Ramp, spectrum
 
 TWO_PI = 2 * math.pi
 

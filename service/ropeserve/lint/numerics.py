@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ropeserve.config import RopeParams
-from ropeserve.lint.spectrum import Spectrum, exponent_denominator, spectrum
+from ropeserve.config.rope_types import Spectrum, rotated_width, spectrum
 
 EXACT_INTEGER_LIMIT = {"float32": 2**24, "bfloat16": 2**8, "float16": 2**11}
 """Largest N such that every integer position 0..N is exact in the dtype."""
@@ -92,7 +92,7 @@ class TableError:
 def float32_frequencies(params: RopeParams, seq_len: int | None) -> tuple[Spectrum, list[float]]:
     """The float64 spectrum and its float32 emulation (step 1 of the model)."""
     exact = spectrum(params, seq_len)
-    dim, theta = exponent_denominator(params), round_float32(params.rope_theta)
+    dim, theta = rotated_width(params), round_float32(params.rope_theta)
     emulated = []
     for index, (base, scaled) in enumerate(zip(exact.base, exact.scaled, strict=False)):
         exponent = round_float32(round_float32(2.0 * index) / round_float32(float(dim)))

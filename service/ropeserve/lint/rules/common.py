@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ropeserve.config import RopeParams
-from ropeserve.config.schema import ROPE_TYPE_ALIASES
+from ropeserve.config.rope_types import ALIASES
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.model import RopeEntry
 from ropeserve.lint.versions import Version
 
-LEGACY_TYPE_NAMES = {"su": "longrope", **ROPE_TYPE_ALIASES}
+LEGACY_TYPE_NAMES = {"su": "longrope", **ALIASES}
 YARN_TYPES = frozenset({"yarn", "deepseek_yarn"})
 
 
