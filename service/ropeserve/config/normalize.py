@@ -368,9 +368,9 @@ class _Resolver:
         return _as_int(value, "head_dim", self.sources) or 0
 
     def original_max(self, definition: RopeType | None, max_pos: Any) -> Any:
-        """transformers' rule: for the types that read it (llama3/yarn/longrope) a config attribute ``original_max_position_embeddings``
-        (a top-level key, or a class default such as Phi-3's 4096) overwrites a flat rope dict's value; a
-        per-layer-type entry only falls back to ``max_position_embeddings``.
+        """transformers' rule: for the types that read it (llama3/yarn/longrope) a config attribute
+        ``original_max_position_embeddings`` (a top-level key, or a class default such as Phi-3's 4096)
+        overwrites a flat rope dict's value; a per-layer-type entry only falls back to ``max_position_embeddings``.
         """
         key = "original_max_position_embeddings"
         candidates = [self.from_entry(key)]

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ropeserve.config import RopeParams
+from ropeserve.config.rope_types import effective_factor, finite_positive
 from ropeserve.lint.intent import ENGINES, EngineTarget
 from ropeserve.lint.model import ModelView
-from ropeserve.config.rope_types import effective_factor, finite_positive
 from ropeserve.lint.versions import Version
 
 NEVER_SCALED_BY_FACTOR = frozenset({"su", "longrope", "llama3"})

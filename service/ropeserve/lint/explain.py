@@ -17,11 +17,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ropeserve.config import RopeParams
+from ropeserve.config.rope_types import Ramp, spectrum
 from ropeserve.errors import InvalidInput
 from ropeserve.lint.engines import position_capacity
 from ropeserve.lint.intent import DeploymentIntent
 from ropeserve.lint.model import ModelView, check_computable
-from ropeserve.config.rope_types import Ramp, spectrum
 
 TWO_PI = 2 * math.pi
 

@@ -48,9 +48,8 @@ def spectrum(params: RopeParams, base: list[float], seq_len: int | None) -> Spec
 def problems(params: RopeParams) -> Iterator[Problem]:
     half = params.rotary_dim // 2
     if params.attention_factor is None and params.original_max_position_embeddings == 1:
-        yield Problem(
-            "original_max_position_embeddings", "longrope divides by ln(original_max_position_embeddings): need > 1", "formula"
-        )
+        message = "longrope divides by ln(original_max_position_embeddings): need > 1"
+        yield Problem("original_max_position_embeddings", message, "formula")
     for key in FACTOR_LISTS:
         values = params.value(key)
         if values is None:
@@ -63,7 +62,8 @@ def problems(params: RopeParams) -> Iterator[Problem]:
                 "length",
             )
         if not all(math.isfinite(v) and v > 0 for v in values):
-            yield Problem(key, f"{key} has entries that are not finite and > 0 (frequencies are divided by them)", "range")
+            message = f"{key} has entries that are not finite and > 0 (frequencies are divided by them)"
+            yield Problem(key, message, "range")
     if params.factor is None and not params.max_position_embeddings:
         yield Problem("factor", "longrope without factor needs max_position_embeddings", "formula")
 

@@ -83,9 +83,8 @@ def problems(params: RopeParams) -> Iterator[Problem]:
     for key in ("beta_fast", "beta_slow"):  # an explicit 0 means the default
         value = params.value(key)
         if value and not _finite_quotient(original, value * 2 * math.pi):
-            yield Problem(
-                key, f"yarn takes ln(original_max_position_embeddings / (2 pi {key})): {key} {value} overflows it", "formula"
-            )
+            message = f"yarn takes ln(original_max_position_embeddings / (2 pi {key})): {key} {value} overflows it"
+            yield Problem(key, message, "formula")
     if params.rope_theta == 1:
         yield Problem("rope_theta", "yarn divides by ln(rope_theta): rope_theta must not be 1", "formula")
     if params.factor is None and not params.max_position_embeddings:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ropeserve.config.rope_types.yarn import BETA_FAST as YARN_BETA_FAST
+from ropeserve.config.rope_types.yarn import BETA_SLOW as YARN_BETA_SLOW
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
 from ropeserve.lint.rules.common import YARN_TYPES, canonical_type, entries, fmt, rope_layers
-from ropeserve.config.rope_types.yarn import BETA_FAST as YARN_BETA_FAST
-from ropeserve.config.rope_types.yarn import BETA_SLOW as YARN_BETA_SLOW
 
 WARNING, INFO = Severity.WARNING, Severity.INFO
 TRAINED_SCALING = frozenset({"llama3", "yarn", "longrope"})

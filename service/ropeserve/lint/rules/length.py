@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from ropeserve.config import RopeParams
+from ropeserve.config.rope_types import effective_factor, finite_positive
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.engines import (
@@ -22,7 +23,6 @@ from ropeserve.lint.engines import (
 )
 from ropeserve.lint.findings import NOTE, Hit, Severity, rule
 from ropeserve.lint.rules.common import TRANSFORMERS_5, YARN_TYPES, fmt
-from ropeserve.config.rope_types import effective_factor, finite_positive
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 ALL_LENGTH_KEYS = tuple(dict.fromkeys(VLLM_LENGTH_KEYS + SGLANG_LENGTH_KEYS + TGI_LENGTH_KEYS))

@@ -6,12 +6,12 @@ import math
 from collections.abc import Iterator
 
 from ropeserve.config import RopeParams
+from ropeserve.config.rope_types.yarn import BETA_FAST as YARN_BETA_FAST
+from ropeserve.config.rope_types.yarn import BETA_SLOW as YARN_BETA_SLOW
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
 from ropeserve.lint.model import MAX_HEAD_DIM
 from ropeserve.lint.rules.common import YARN_TYPES, rope_layers
-from ropeserve.config.rope_types.yarn import BETA_FAST as YARN_BETA_FAST
-from ropeserve.config.rope_types.yarn import BETA_SLOW as YARN_BETA_SLOW
 
 ERROR, WARNING = Severity.ERROR, Severity.WARNING
 SCALED_TYPES = frozenset({"linear", "dynamic", "yarn", "deepseek_yarn", "longrope", "llama3", "proportional"})
