@@ -36,7 +36,9 @@ ROPE_TYPES: Mapping[str, RopeType] = MappingProxyType({module.ROPE_TYPE.name: mo
 """Type name -> its definition."""
 ALIASES: Mapping[str, str] = MappingProxyType({"mrope": "default"})
 """Legacy names that mean another type everywhere (Qwen2-VL's ``mrope`` is plain RoPE + sections)."""
-ENGINE_ALIASES: Mapping[str, str] = MappingProxyType({"deepseek_yarn": "yarn"})
+LEGACY_NAMES: Mapping[str, str] = MappingProxyType({"su": "longrope"})
+"""Older names of a type: vLLM maps them everywhere, transformers only for some families (Phi-3's ``su``)."""
+ENGINE_ALIASES: Mapping[str, str] = MappingProxyType({"deepseek_yarn": "yarn", **LEGACY_NAMES})
 """Names some engines (vLLM, SGLang) accept for a registered type's formula; transformers and the service
 refuse them, the linter computes their spectrum with that type."""
 
@@ -78,6 +80,7 @@ def spectrum(params: RopeParams, seq_len: int | None = None) -> Spectrum:
 __all__ = [
     "ALIASES",
     "ENGINE_ALIASES",
+    "LEGACY_NAMES",
     "MODULES",
     "ROPE_TYPES",
     "Problem",

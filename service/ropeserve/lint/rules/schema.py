@@ -12,7 +12,7 @@ from ropeserve.lint.context import LintContext
 from ropeserve.lint.engines import REQUIRED_KEYS, TOP_LEVEL_FOLDED, rope_kinds, support
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
 from ropeserve.lint.model import RopeEntry
-from ropeserve.lint.rules.common import TRANSFORMERS_5, YARN_TYPES, canonical_type, entries, rope_layers, written_type
+from ropeserve.lint.rules.common import TRANSFORMERS_5, canonical_type, entries, is_yarn, rope_layers, written_type
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 ALLOWED_TYPE_PAIRS = (frozenset({"su", "longrope"}), frozenset({"mrope", "default"}))
@@ -255,7 +255,7 @@ def unknown_rope_key(ctx: LintContext) -> Iterator[Hit]:
 )
 def yarn_attention_factor(ctx: LintContext) -> Iterator[Hit]:
     for entry in entries(ctx):
-        if canonical_type(entry) not in YARN_TYPES or not entry.has("attention_factor") or entry.has("attn_factor"):
+        if not is_yarn(canonical_type(entry)) or not entry.has("attention_factor") or entry.has("attn_factor"):
             continue
         for engine in ctx.targeted("vllm", "sglang", "tgi"):
             yield ctx.hit(
