@@ -33,6 +33,7 @@ from ropeserve.errors import InvalidInput
 
 LAYER_TYPE_LABELS = frozenset({"full_attention", "sliding_attention", "chunked_attention", "linear_attention"})
 TEXT_CONFIG_PATHS: tuple[tuple[str, ...], ...] = (("thinker_config", "text_config"), ("text_config",))
+ROPE_CONTAINERS = ("rope_scaling", "rope_parameters")
 EXPLICIT_TOP_LEVEL_KEYS = ("head_dim", "max_position_embeddings", "model_type", "original_max_position_embeddings")
 """Explicit keys placed at the config's top level; ``original_max_position_embeddings`` goes there because a
 top-level value is authoritative (a rope-dict one would lose to a class default such as Phi-3's 4096)."""
@@ -76,15 +77,14 @@ def normalize_config(config: Mapping[str, Any], *, validate: bool = True) -> Nor
     if not isinstance(config, Mapping):
         raise InvalidInput("config must be a JSON object", field="config")
     check_json_numbers(config)
-    text, pointer = _text_config(config)
+    section, pointer = text_section(config)
+    text = dict(section)
     model_type = text.get("model_type") or config.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
         where = f"{pointer}/model_type" if "model_type" in text else "/model_type"
         raise InvalidInput(f"model_type must be a string, got {model_type!r}", field=where)
     family = family_of(model_type)
-    rope_dict, rope_pointer = _rope_dict(text, pointer)
-    entries = _layer_entries(text, pointer, rope_dict, rope_pointer, family)
-    nested = any(entry_pointer != rope_pointer for _, entry_pointer in entries.values())
+    entries, nested = _layer_entries(text, pointer, family)
     layers: dict[str, RopeParams | None] = {}
     sources: dict[str, dict[str, str]] = {}
     for layer_type, (entry, entry_pointer) in entries.items():
@@ -177,7 +177,7 @@ def _explicit_field(field: str | None, rotary_dim_given: bool) -> str:
     return "rope" if not key or key.startswith("default") else f"rope.{key}{inner}"
 
 
-def _text_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+def text_section(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
     """The text-model section and its JSON pointer (the whole config when it has none).
 
     A wrapper config (Qwen2-VL, Gemma-3, ...) builds its text model from ``text_config`` alone: rope keys left
@@ -188,19 +188,68 @@ def _text_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
         for key in path:
             node = node.get(key) if isinstance(node, Mapping) else None
         if isinstance(node, Mapping):
-            return dict(node), "/" + "/".join(path)
-    return dict(config), ""
+            return node, "/" + "/".join(path)
+    return config, ""
 
 
-def _rope_dict(text: Mapping[str, Any], pointer: str) -> tuple[dict[str, Any], str]:
-    """The rope dict: a truthy legacy ``rope_scaling`` replaces ``rope_parameters``."""
-    for key in ("rope_scaling", "rope_parameters"):
+@dataclass(frozen=True)
+class RopeEntry:
+    """One raw rope dict as written in the file (``data`` is None for a NoPE layer)."""
+
+    layer_type: str
+    pointer: str
+    data: Mapping[str, Any] | None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return default if self.data is None else self.data.get(key, default)
+
+    def has(self, key: str) -> bool:
+        return self.data is not None and key in self.data
+
+    def key_pointer(self, key: str) -> str:
+        return f"{self.pointer}/{key}"
+
+
+@dataclass(frozen=True)
+class RopeDicts:
+    """The rope dict(s) of a text section: ``pointer`` of the container (``rope_scaling`` or
+    ``rope_parameters``; where one belongs when absent), its entries, and whether they are per layer type."""
+
+    pointer: str
+    entries: tuple[RopeEntry, ...]
+    nested: bool
+
+
+def rope_dicts(text: Mapping[str, Any], pointer: str, *, strict: bool = True) -> RopeDicts:
+    """The text section's rope dict(s), split per layer type when keyed by layer-type labels (the one walker
+    the normaliser and the linter share). A truthy legacy ``rope_scaling`` replaces ``rope_parameters``.
+
+    ``strict`` raises InvalidInput for a container or entry that is not an object; otherwise such a container
+    is skipped and such an entry read as NoPE, so the linter can report each on its own.
+    """
+    for key in ROPE_CONTAINERS:
         value = text.get(key)
-        if value:
-            if not isinstance(value, Mapping):
-                raise InvalidInput(f"{key} must be an object", field=f"{pointer}/{key}")
-            return dict(value), f"{pointer}/{key}"
-    return {}, f"{pointer}/rope_parameters"
+        if not value:
+            continue
+        container = f"{pointer}/{key}"
+        if not isinstance(value, Mapping):
+            if strict:
+                raise InvalidInput(f"{key} must be an object", field=container)
+            continue
+        nested = [label for label in value if label in layer_type_labels(text)]
+        if not nested:
+            return RopeDicts(container, (RopeEntry("full_attention", container, value),), nested=False)
+        return RopeDicts(container, tuple(_layer_entry(value, container, label, strict) for label in nested), True)
+    return RopeDicts(f"{pointer}/rope_parameters", (), nested=False)
+
+
+def _layer_entry(rope_dict: Mapping[str, Any], container: str, label: str, strict: bool) -> RopeEntry:
+    value = rope_dict[label]
+    if value is not None and not isinstance(value, Mapping):
+        if strict:
+            raise InvalidInput(f"rope entry {label!r} must be an object or null", field=f"{container}/{label}")
+        value = None
+    return RopeEntry(label, f"{container}/{label}", value)
 
 
 def layer_type_labels(text: Mapping[str, Any]) -> frozenset[str]:
@@ -211,29 +260,24 @@ def layer_type_labels(text: Mapping[str, Any]) -> frozenset[str]:
 
 
 def _layer_entries(
-    text: Mapping[str, Any], pointer: str, rope_dict: dict[str, Any], rope_pointer: str, family: ModelFamily
-) -> dict[str, tuple[dict[str, Any] | None, str]]:
-    """Split a rope dict into per-layer-type entries (``None`` = NoPE layer)."""
-    layer_labels = layer_type_labels(text)
-    nested_keys = [key for key in rope_dict if key in layer_labels]
-    if nested_keys:
-        entries: dict[str, tuple[dict[str, Any] | None, str]] = {}
-        for key in nested_keys:
-            value = rope_dict[key]
-            if value is not None and not isinstance(value, Mapping):
-                raise InvalidInput(f"rope entry {key!r} must be an object or null", field=f"{rope_pointer}/{key}")
-            entries[key] = (dict(value) if value is not None else None, f"{rope_pointer}/{key}")
-        return entries
+    text: Mapping[str, Any], pointer: str, family: ModelFamily
+) -> tuple[dict[str, tuple[dict[str, Any] | None, str]], bool]:
+    """Per-layer-type entries (``None`` = NoPE layer), and whether they are per layer type; Gemma-3's
+    ``rope_local_base_freq`` adds a default-RoPE ``sliding_attention`` entry next to a flat dict (then they are:
+    transformers 5 standardises such a config into per-layer-type ``rope_parameters``)."""
+    found = rope_dicts(text, pointer)
+    if found.nested:
+        entries = {e.layer_type: (dict(e.data) if e.data is not None else None, e.pointer) for e in found.entries}
+        return entries, True
+    rope_dict = dict(found.entries[0].data or {}) if found.entries else {}
+    full = (rope_dict, found.pointer)
     local_base = text.get("rope_local_base_freq", family.class_defaults.get("rope_local_base_freq"))
-    if local_base is not None:
-        sliding = {"rope_type": "default", "rope_theta": local_base}
-        explicit = "rope_local_base_freq" in text
-        local_pointer = f"{pointer}/rope_local_base_freq" if explicit else "default:class:rope_local_base_freq"
-        return {
-            "full_attention": (rope_dict, rope_pointer),
-            "sliding_attention": (sliding, local_pointer),
-        }
-    return {"full_attention": (rope_dict, rope_pointer)}
+    if local_base is None:
+        return {"full_attention": full}, False
+    sliding = {"rope_type": "default", "rope_theta": local_base}
+    explicit = "rope_local_base_freq" in text
+    local_pointer = f"{pointer}/rope_local_base_freq" if explicit else "default:class:rope_local_base_freq"
+    return {"full_attention": full, "sliding_attention": (sliding, local_pointer)}, True
 
 
 class _Resolver:
