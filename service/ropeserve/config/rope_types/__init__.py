@@ -13,9 +13,10 @@ How to add a rope type:
    ``RopeParams`` holds needs nothing more: the normaliser stores it in ``RopeParams.extras``.
 2. Add the module to ``MODULES`` below: that line is the registration.
 3. Add its tests: parity of ``inv_freq`` and the attention factor with the reference implementation
-   (tests/unit/rope/test_rope_registry.py, a port in tests/support when the reference is not transformers),
-   and its own checks (tests/unit/config/test_config_validation.py). tests/unit/test_one_source.py then
-   checks by itself that the service and the linter agree on the new type for every fixture config.
+   (tests/unit/rope/test_rope_registry.py drives transformers' types; for another reference, port it to
+   tests/support and test against it as tests/unit/rope/test_rope_ntk.py does), its own checks and their
+   fields, and a typical rope dict in ``example()`` of tests/unit/test_one_source.py, which then checks that
+   the service and the linter agree on the type for every fixture config.
 
 The linter's engine support matrix (``ropeserve.lint.engines.SUPPORT``) says which engines run each type; a
 type missing there is reported as unverified, not refused.
