@@ -166,20 +166,21 @@ def _as_config_class(
 def _rotary_dim_factor(text: Mapping[str, Any]) -> float | None:
     """``partial_rotary_factor`` for a top-level ``rotary_dim`` (GPT-J, CodeGen, MixFormer), when the head size
     is known from ``head_dim`` or ``hidden_size / num_attention_heads`` and the width fits it; else None."""
-    rotary_dim = text.get("rotary_dim")
-    if "partial_rotary_factor" in text or "rotary_pct" in text or not _positive_int(rotary_dim):
+    rotary_dim = _positive_int(text.get("rotary_dim"))
+    if "partial_rotary_factor" in text or "rotary_pct" in text or rotary_dim is None:
         return None
-    head_dim = text.get("head_dim")
-    if not _positive_int(head_dim):
-        hidden, heads = text.get("hidden_size"), text.get("num_attention_heads")
-        head_dim = hidden // heads if _positive_int(hidden) and _positive_int(heads) else None
-    if head_dim is None or not 0 < rotary_dim <= head_dim <= MAX_HEAD_DIM:
+    head_dim = _positive_int(text.get("head_dim"))
+    if head_dim is None:
+        hidden, heads = _positive_int(text.get("hidden_size")), _positive_int(text.get("num_attention_heads"))
+        head_dim = hidden // heads if hidden is not None and heads is not None else None
+    if head_dim is None or not rotary_dim <= head_dim <= MAX_HEAD_DIM:
         return None
     return factor_for_rotary_dim(rotary_dim, head_dim)
 
 
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63
+def _positive_int(value: Any) -> int | None:
+    """``value`` when it is an int in 1..2**63-1 (bools excluded), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63 else None
 
 
 def _refiled(error: InvalidInput, filled: Mapping[str, str]) -> InvalidInput:

@@ -35,7 +35,7 @@ def round_float32(value: float) -> float:
     if not math.isfinite(value):
         return value
     try:
-        return struct.unpack("<f", struct.pack("<f", value))[0]
+        return float(struct.unpack("<f", struct.pack("<f", value))[0])
     except OverflowError:
         return math.copysign(math.inf, value)
 
@@ -46,14 +46,14 @@ def round_bfloat16(value: float) -> float:
         return single
     bits = struct.unpack("<I", struct.pack("<f", single))[0]
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return struct.unpack("<f", struct.pack("<I", bits))[0]
+    return float(struct.unpack("<f", struct.pack("<I", bits))[0])
 
 
 def round_float16(value: float) -> float:
     if not math.isfinite(value):
         return value
     try:
-        return struct.unpack("<e", struct.pack("<e", value))[0]
+        return float(struct.unpack("<e", struct.pack("<e", value))[0])
     except (OverflowError, struct.error):
         return math.copysign(math.inf, value)
 

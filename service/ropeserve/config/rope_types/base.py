@@ -137,12 +137,14 @@ def base_frequencies(theta: float, rotary_dim: int) -> list[float]:
 def exponent(torch: Torch, dim: int, count: int | None = None) -> Tensor:
     """``2i/dim`` for ``i < count`` (default ``dim/2``): an int64 arange cast to float32, divided in float32."""
     stop = dim if count is None else 2 * count
-    return torch.arange(0, stop, 2, dtype=torch.int64).to(torch.float32) / dim
+    result: Tensor = torch.arange(0, stop, 2, dtype=torch.int64).to(torch.float32) / dim
+    return result
 
 
 def base_inv_freq(torch: Torch, theta: float | Tensor, dim: int) -> Tensor:
     """``1 / θ^(2i/dim)`` for ``i < dim/2``: float32 exponent, float32 pow, float32 reciprocal.  [dim/2]"""
-    return 1.0 / (theta ** exponent(torch, dim))
+    inv_freq: Tensor = 1.0 / (theta ** exponent(torch, dim))
+    return inv_freq
 
 
 def effective_factor(params: RopeParams, from_lengths: bool = False) -> float:

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 
 def inv_freq(torch: Torch, params: RopeParams, seq_len: int | None) -> tuple[Tensor, float]:
+    assert params.factor is not None  # validated: required
     return base_inv_freq(torch, params.rope_theta, params.rotary_dim) / params.factor, 1.0
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ropeserve.config import RopeParams
+from ropeserve.config.normalize import RopeEntry
 from ropeserve.config.rope_types import ALIASES, LEGACY_NAMES, RopeType, lookup_for_engines, yarn
 from ropeserve.lint.context import LintContext
-from ropeserve.lint.model import RopeEntry
 from ropeserve.lint.versions import Version
 
 LEGACY_TYPE_NAMES = {**LEGACY_NAMES, **ALIASES}
