@@ -95,6 +95,23 @@ def test_service_and_linter_agree(name: str, rope_type: str) -> None:
         _assert_agree(params)
 
 
+@pytest.mark.parametrize("name", FIXTURES)
+def test_service_reads_each_fixture_as_the_linter_does(name: str) -> None:
+    """Regression: the service refused MixFormer's ``n_embd``/``n_head``/``rotary_dim`` (phi-2 remote code), which
+    the linter read by completing the config as the config class does; both now use one completion."""
+    config = _config(name)
+    view = ModelView.build(config)
+    try:
+        service = normalize_config(config, validate=False)
+    except InvalidInput as refusal:
+        assert view.error is not None and view.error.detail == refusal.detail
+        return
+    assert {layer: params for layer, params in service.layers.items() if params is not None} == view.layers
+    for layer in view.layers:
+        for key in ("head_dim", "partial_rotary_factor", "max_position_embeddings"):
+            assert service.sources[layer].get(key, "default") == view.source(layer, key), key
+
+
 def _assert_agree(params: RopeParams) -> None:
     inv_freq, attention_factor = compute_inv_freq(params)
     linter = spectrum(params)

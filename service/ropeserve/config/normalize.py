@@ -78,12 +78,12 @@ def normalize_config(config: Mapping[str, Any], *, validate: bool = True) -> Nor
         raise InvalidInput("config must be a JSON object", field="config")
     check_json_numbers(config)
     section, pointer = text_section(config)
-    text = dict(section)
-    model_type = text.get("model_type") or config.get("model_type")
+    model_type = section.get("model_type") or config.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
-        where = f"{pointer}/model_type" if "model_type" in text else "/model_type"
+        where = f"{pointer}/model_type" if "model_type" in section else "/model_type"
         raise InvalidInput(f"model_type must be a string, got {model_type!r}", field=where)
     family = family_of(model_type)
+    text, filled = complete_text(section, pointer, family)
     entries, nested = _layer_entries(text, pointer, family)
     layers: dict[str, RopeParams | None] = {}
     sources: dict[str, dict[str, str]] = {}
@@ -92,8 +92,12 @@ def normalize_config(config: Mapping[str, Any], *, validate: bool = True) -> Nor
             layers[layer_type] = None
             continue
         resolver = _Resolver(text, pointer, entry, entry_pointer, family, nested=nested)
-        layers[layer_type] = resolver.build(validate=validate)
-        sources[layer_type] = resolver.sources
+        try:
+            layers[layer_type] = resolver.build(validate=validate)
+        except InvalidInput as error:
+            error.field = filled.get(error.field or "", error.field)
+            raise
+        sources[layer_type] = {key: filled.get(source, source) for key, source in resolver.sources.items()}
     return NormalizedConfig(
         model_type=model_type,
         layers=layers,
@@ -175,6 +179,41 @@ def _explicit_field(field: str | None, rotary_dim_given: bool) -> str:
         key = "rotary_dim"
     inner = "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in parts[1:])
     return "rope" if not key or key.startswith("default") else f"rope.{key}{inner}"
+
+
+def complete_text(text: Mapping[str, Any], pointer: str, family: ModelFamily) -> tuple[dict[str, Any], dict[str, str]]:
+    """``text`` completed as the model's config class completes it: keys written under ``attribute_map``
+    aliases (GPT-J's ``n_embd``) and a top-level ``rotary_dim`` as ``partial_rotary_factor``. Returns the
+    completed section and the pointers it filled -> where the value really came from (``/n_embd``)."""
+    completed, filled = dict(text), {}
+    for key, alias in family.attribute_map.items():
+        if key not in text and alias in text:
+            completed[key], filled[f"{pointer}/{key}"] = text[alias], f"{pointer}/{alias}"
+    factor = _rotary_dim_factor(completed)
+    if factor is not None:
+        completed["partial_rotary_factor"] = factor
+        filled[f"{pointer}/partial_rotary_factor"] = f"{pointer}/rotary_dim"
+    return completed, filled
+
+
+def _rotary_dim_factor(text: Mapping[str, Any]) -> float | None:
+    """``partial_rotary_factor`` for a top-level ``rotary_dim`` (GPT-J, CodeGen, MixFormer), when the head size
+    is known from ``head_dim`` or ``hidden_size / num_attention_heads`` and the width fits it; else None."""
+    rotary_dim = _positive_int(text.get("rotary_dim"))
+    if "partial_rotary_factor" in text or "rotary_pct" in text or rotary_dim is None:
+        return None
+    head_dim = _positive_int(text.get("head_dim"))
+    if head_dim is None:
+        hidden, heads = _positive_int(text.get("hidden_size")), _positive_int(text.get("num_attention_heads"))
+        head_dim = hidden // heads if hidden is not None and heads is not None else None
+    if head_dim is None or not rotary_dim <= head_dim <= MAX_HEAD_DIM:
+        return None
+    return factor_for_rotary_dim(rotary_dim, head_dim)
+
+
+def _positive_int(value: Any) -> int | None:
+    """``value`` when it is an int in 1..2**63-1 (bools excluded), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63 else None
 
 
 def text_section(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:

@@ -15,7 +15,7 @@ from ropeserve.config import (
     normalize_config,
     validate_params,
 )
-from ropeserve.config.normalize import RopeEntry, factor_for_rotary_dim, rope_dicts, text_section
+from ropeserve.config.normalize import RopeEntry, complete_text, rope_dicts, text_section
 from ropeserve.config.rope_types import lookup
 from ropeserve.errors import InvalidInput
 from ropeserve.lint import pointers
@@ -142,45 +142,15 @@ def check_computable(params: RopeParams, sources: Mapping[str, str] | None = Non
 def _as_config_class(
     document: Mapping[str, Any], text: Mapping[str, Any], text_pointer: str, family: ModelFamily
 ) -> tuple[Mapping[str, Any], dict[str, str]]:
-    """``document`` with its text section completed as the model's config class completes it: keys written
-    under ``attribute_map`` aliases (GPT-J's ``n_embd``) and a top-level ``rotary_dim`` as
-    ``partial_rotary_factor``. Returns the completed document
-    (``document`` itself when nothing is missing) and the pointers it filled -> their real source."""
-    added: dict[str, Any] = {}
-    filled: dict[str, str] = {}
-    for key, alias in family.attribute_map.items():
-        if key not in text and alias in text:
-            added[key], filled[pointers.join(text_pointer, key)] = text[alias], pointers.join(text_pointer, alias)
-    factor = _rotary_dim_factor({**text, **added})
-    if factor is not None:
-        added["partial_rotary_factor"] = factor
-        filled[pointers.join(text_pointer, "partial_rotary_factor")] = pointers.join(text_pointer, "rotary_dim")
-    if not added:
+    """``document`` with its text section completed as the config class completes it (``complete_text``, the
+    normaliser's own step), so the engine rules read the same keys; ``document`` itself when nothing is missing.
+    Returns it and the pointers filled -> their real source."""
+    section, filled = complete_text(text, text_pointer, family)
+    if not filled:
         return document, filled
     completed = copy.deepcopy(dict(document))
-    section = pointers.resolve(completed, text_pointer)
-    section.update(added)
+    pointers.resolve(completed, text_pointer).update(section)
     return completed, filled
-
-
-def _rotary_dim_factor(text: Mapping[str, Any]) -> float | None:
-    """``partial_rotary_factor`` for a top-level ``rotary_dim`` (GPT-J, CodeGen, MixFormer), when the head size
-    is known from ``head_dim`` or ``hidden_size / num_attention_heads`` and the width fits it; else None."""
-    rotary_dim = _positive_int(text.get("rotary_dim"))
-    if "partial_rotary_factor" in text or "rotary_pct" in text or rotary_dim is None:
-        return None
-    head_dim = _positive_int(text.get("head_dim"))
-    if head_dim is None:
-        hidden, heads = _positive_int(text.get("hidden_size")), _positive_int(text.get("num_attention_heads"))
-        head_dim = hidden // heads if hidden is not None and heads is not None else None
-    if head_dim is None or not rotary_dim <= head_dim <= MAX_HEAD_DIM:
-        return None
-    return factor_for_rotary_dim(rotary_dim, head_dim)
-
-
-def _positive_int(value: Any) -> int | None:
-    """``value`` when it is an int in 1..2**63-1 (bools excluded), else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63 else None
 
 
 def _refiled(error: InvalidInput, filled: Mapping[str, str]) -> InvalidInput:
