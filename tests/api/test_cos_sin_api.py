@@ -106,6 +106,15 @@ def test_config_source_equals_the_llama_module(client: TestClient, dtype: str) -
         assert body["max_abs_error"] == expected > 0
 
 
+def test_mixformer_config_of_phi2_gets_the_tables_of_its_transformers_config(client: TestClient) -> None:
+    """Regression: the remote-code MixFormer form of phi-2 (``n_embd``, ``n_head``, ``rotary_dim``) was a 422
+    "cannot derive head_dim" while the linter read it; the normaliser now completes it as the config class does."""
+    mixformer = client.post(URL, json={"config": fixture("microsoft__phi-2.mixformer.json"), "positions": POSITIONS})
+    phi2 = client.post(URL, json={"config": fixture("microsoft__phi-2.json"), "positions": POSITIONS})
+    assert mixformer.status_code == 200, mixformer.text
+    assert mixformer.json()["cos"] == phi2.json()["cos"] and mixformer.json()["rotary_dim"] == 32
+
+
 def test_preset_equals_its_config(client: TestClient) -> None:
     by_preset = client.post(URL, json={"preset": "llama-3.1-8b", "positions": POSITIONS}).json()
     by_config = client.post(URL, json={"config": preset_config("llama-3.1-8b"), "positions": POSITIONS}).json()

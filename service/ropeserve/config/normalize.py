@@ -18,63 +18,27 @@ Every resolved value remembers where it came from as a JSON pointer (or ``defaul
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ropeserve.config.families import ModelFamily, MropeLayout, family_of
-from ropeserve.config.jsonsafe import FLOAT_MAX, check_json_numbers
-from ropeserve.config.schema import KNOWN_KEYS, ROPE_TYPE_ALIASES, ROPE_TYPE_KEYS, allowed_keys
+from ropeserve.config.families import ModelFamily, family_of
+from ropeserve.config.jsonsafe import check_json_numbers
+from ropeserve.config.params import FIELD_NAMES, RopeParams
+from ropeserve.config.rope_types import ALIASES, ROPE_TYPES, RopeType, lookup
+from ropeserve.config.schema import COMMON_KEYS, KNOWN_KEYS, MROPE_KEYS, allowed_keys
+from ropeserve.config.validate import MAX_HEAD_DIM as MAX_HEAD_DIM
+from ropeserve.config.validate import validate_params
 from ropeserve.errors import InvalidInput
 
 LAYER_TYPE_LABELS = frozenset({"full_attention", "sliding_attention", "chunked_attention", "linear_attention"})
 TEXT_CONFIG_PATHS: tuple[tuple[str, ...], ...] = (("thinker_config", "text_config"), ("text_config",))
-MAX_HEAD_DIM = 16_384
-"""Largest head size accepted (real models use 64-256; the bound keeps tables allocatable)."""
-LONG_CONTEXT_TYPES = frozenset({"llama3", "yarn", "longrope"})
+ROPE_CONTAINERS = ("rope_scaling", "rope_parameters")
 EXPLICIT_TOP_LEVEL_KEYS = ("head_dim", "max_position_embeddings", "model_type", "original_max_position_embeddings")
 """Explicit keys placed at the config's top level; ``original_max_position_embeddings`` goes there because a
 top-level value is authoritative (a rope-dict one would lose to a class default such as Phi-3's 4096)."""
 EXPLICIT_ONLY_KEYS = frozenset({"rotary_dim", *EXPLICIT_TOP_LEVEL_KEYS})
 """Keys an explicit ``rope`` object may hold besides its rope type's own (``schema.allowed_keys``)."""
-
-
-@dataclass(frozen=True)
-class RopeParams:
-    """Normalised rope parameters of one attention layer type; hashable, so usable as a cache key."""
-
-    rope_type: str
-    rope_theta: float
-    head_dim: int
-    partial_rotary_factor: float = 1.0
-    max_position_embeddings: int | None = None
-    factor: float | None = None
-    original_max_position_embeddings: int | None = None
-    attention_factor: float | None = None
-    beta_fast: float | None = None
-    beta_slow: float | None = None
-    mscale: float | None = None
-    mscale_all_dim: float | None = None
-    truncate: bool = True
-    short_factor: tuple[float, ...] | None = None
-    long_factor: tuple[float, ...] | None = None
-    low_freq_factor: float | None = None
-    high_freq_factor: float | None = None
-    mrope_section: tuple[int, ...] | None = None
-    mrope_layout: MropeLayout | None = None
-
-    @property
-    def rotary_dim(self) -> int:
-        """Channels that rotate: ``int(head_dim * partial_rotary_factor)`` (truncated, as transformers); 0 when
-        the product is not finite (only possible for unvalidated parameters)."""
-        width = self.head_dim * self.partial_rotary_factor
-        return int(width) if math.isfinite(width) else 0
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict of the set fields plus ``rotary_dim``."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
-        out["rotary_dim"] = self.rotary_dim
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 
 
 @dataclass(frozen=True)
@@ -113,15 +77,14 @@ def normalize_config(config: Mapping[str, Any], *, validate: bool = True) -> Nor
     if not isinstance(config, Mapping):
         raise InvalidInput("config must be a JSON object", field="config")
     check_json_numbers(config)
-    text, pointer = _text_config(config)
-    model_type = text.get("model_type") or config.get("model_type")
+    section, pointer = text_section(config)
+    model_type = section.get("model_type") or config.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
-        where = f"{pointer}/model_type" if "model_type" in text else "/model_type"
+        where = f"{pointer}/model_type" if "model_type" in section else "/model_type"
         raise InvalidInput(f"model_type must be a string, got {model_type!r}", field=where)
     family = family_of(model_type)
-    rope_dict, rope_pointer = _rope_dict(text, pointer)
-    entries = _layer_entries(text, pointer, rope_dict, rope_pointer, family)
-    nested = any(entry_pointer != rope_pointer for _, entry_pointer in entries.values())
+    text, filled = complete_text(section, pointer, family)
+    entries, nested = _layer_entries(text, pointer, family)
     layers: dict[str, RopeParams | None] = {}
     sources: dict[str, dict[str, str]] = {}
     for layer_type, (entry, entry_pointer) in entries.items():
@@ -129,8 +92,12 @@ def normalize_config(config: Mapping[str, Any], *, validate: bool = True) -> Nor
             layers[layer_type] = None
             continue
         resolver = _Resolver(text, pointer, entry, entry_pointer, family, nested=nested)
-        layers[layer_type] = resolver.build(validate=validate)
-        sources[layer_type] = resolver.sources
+        try:
+            layers[layer_type] = resolver.build(validate=validate)
+        except InvalidInput as error:
+            error.field = filled.get(error.field or "", error.field)
+            raise
+        sources[layer_type] = {key: filled.get(source, source) for key, source in resolver.sources.items()}
     return NormalizedConfig(
         model_type=model_type,
         layers=layers,
@@ -214,7 +181,42 @@ def _explicit_field(field: str | None, rotary_dim_given: bool) -> str:
     return "rope" if not key or key.startswith("default") else f"rope.{key}{inner}"
 
 
-def _text_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+def complete_text(text: Mapping[str, Any], pointer: str, family: ModelFamily) -> tuple[dict[str, Any], dict[str, str]]:
+    """``text`` completed as the model's config class completes it: keys written under ``attribute_map``
+    aliases (GPT-J's ``n_embd``) and a top-level ``rotary_dim`` as ``partial_rotary_factor``. Returns the
+    completed section and the pointers it filled -> where the value really came from (``/n_embd``)."""
+    completed, filled = dict(text), {}
+    for key, alias in family.attribute_map.items():
+        if key not in text and alias in text:
+            completed[key], filled[f"{pointer}/{key}"] = text[alias], f"{pointer}/{alias}"
+    factor = _rotary_dim_factor(completed)
+    if factor is not None:
+        completed["partial_rotary_factor"] = factor
+        filled[f"{pointer}/partial_rotary_factor"] = f"{pointer}/rotary_dim"
+    return completed, filled
+
+
+def _rotary_dim_factor(text: Mapping[str, Any]) -> float | None:
+    """``partial_rotary_factor`` for a top-level ``rotary_dim`` (GPT-J, CodeGen, MixFormer), when the head size
+    is known from ``head_dim`` or ``hidden_size / num_attention_heads`` and the width fits it; else None."""
+    rotary_dim = _positive_int(text.get("rotary_dim"))
+    if "partial_rotary_factor" in text or "rotary_pct" in text or rotary_dim is None:
+        return None
+    head_dim = _positive_int(text.get("head_dim"))
+    if head_dim is None:
+        hidden, heads = _positive_int(text.get("hidden_size")), _positive_int(text.get("num_attention_heads"))
+        head_dim = hidden // heads if hidden is not None and heads is not None else None
+    if head_dim is None or not rotary_dim <= head_dim <= MAX_HEAD_DIM:
+        return None
+    return factor_for_rotary_dim(rotary_dim, head_dim)
+
+
+def _positive_int(value: Any) -> int | None:
+    """``value`` when it is an int in 1..2**63-1 (bools excluded), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63 else None
+
+
+def text_section(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
     """The text-model section and its JSON pointer (the whole config when it has none).
 
     A wrapper config (Qwen2-VL, Gemma-3, ...) builds its text model from ``text_config`` alone: rope keys left
@@ -225,19 +227,68 @@ def _text_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
         for key in path:
             node = node.get(key) if isinstance(node, Mapping) else None
         if isinstance(node, Mapping):
-            return dict(node), "/" + "/".join(path)
-    return dict(config), ""
+            return node, "/" + "/".join(path)
+    return config, ""
 
 
-def _rope_dict(text: Mapping[str, Any], pointer: str) -> tuple[dict[str, Any], str]:
-    """The rope dict: a truthy legacy ``rope_scaling`` replaces ``rope_parameters``."""
-    for key in ("rope_scaling", "rope_parameters"):
+@dataclass(frozen=True)
+class RopeEntry:
+    """One raw rope dict as written in the file (``data`` is None for a NoPE layer)."""
+
+    layer_type: str
+    pointer: str
+    data: Mapping[str, Any] | None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return default if self.data is None else self.data.get(key, default)
+
+    def has(self, key: str) -> bool:
+        return self.data is not None and key in self.data
+
+    def key_pointer(self, key: str) -> str:
+        return f"{self.pointer}/{key}"
+
+
+@dataclass(frozen=True)
+class RopeDicts:
+    """The rope dict(s) of a text section: ``pointer`` of the container (``rope_scaling`` or
+    ``rope_parameters``; where one belongs when absent), its entries, and whether they are per layer type."""
+
+    pointer: str
+    entries: tuple[RopeEntry, ...]
+    nested: bool
+
+
+def rope_dicts(text: Mapping[str, Any], pointer: str, *, strict: bool = True) -> RopeDicts:
+    """The text section's rope dict(s), split per layer type when keyed by layer-type labels (the one walker
+    the normaliser and the linter share). A truthy legacy ``rope_scaling`` replaces ``rope_parameters``.
+
+    ``strict`` raises InvalidInput for a container or entry that is not an object; otherwise such a container
+    is skipped and such an entry read as NoPE, so the linter can report each on its own.
+    """
+    for key in ROPE_CONTAINERS:
         value = text.get(key)
-        if value:
-            if not isinstance(value, Mapping):
-                raise InvalidInput(f"{key} must be an object", field=f"{pointer}/{key}")
-            return dict(value), f"{pointer}/{key}"
-    return {}, f"{pointer}/rope_parameters"
+        if not value:
+            continue
+        container = f"{pointer}/{key}"
+        if not isinstance(value, Mapping):
+            if strict:
+                raise InvalidInput(f"{key} must be an object", field=container)
+            continue
+        nested = [label for label in value if label in layer_type_labels(text)]
+        if not nested:
+            return RopeDicts(container, (RopeEntry("full_attention", container, value),), nested=False)
+        return RopeDicts(container, tuple(_layer_entry(value, container, label, strict) for label in nested), True)
+    return RopeDicts(f"{pointer}/rope_parameters", (), nested=False)
+
+
+def _layer_entry(rope_dict: Mapping[str, Any], container: str, label: str, strict: bool) -> RopeEntry:
+    value = rope_dict[label]
+    if value is not None and not isinstance(value, Mapping):
+        if strict:
+            raise InvalidInput(f"rope entry {label!r} must be an object or null", field=f"{container}/{label}")
+        value = None
+    return RopeEntry(label, f"{container}/{label}", value)
 
 
 def layer_type_labels(text: Mapping[str, Any]) -> frozenset[str]:
@@ -248,29 +299,24 @@ def layer_type_labels(text: Mapping[str, Any]) -> frozenset[str]:
 
 
 def _layer_entries(
-    text: Mapping[str, Any], pointer: str, rope_dict: dict[str, Any], rope_pointer: str, family: ModelFamily
-) -> dict[str, tuple[dict[str, Any] | None, str]]:
-    """Split a rope dict into per-layer-type entries (``None`` = NoPE layer)."""
-    layer_labels = layer_type_labels(text)
-    nested_keys = [key for key in rope_dict if key in layer_labels]
-    if nested_keys:
-        entries: dict[str, tuple[dict[str, Any] | None, str]] = {}
-        for key in nested_keys:
-            value = rope_dict[key]
-            if value is not None and not isinstance(value, Mapping):
-                raise InvalidInput(f"rope entry {key!r} must be an object or null", field=f"{rope_pointer}/{key}")
-            entries[key] = (dict(value) if value is not None else None, f"{rope_pointer}/{key}")
-        return entries
+    text: Mapping[str, Any], pointer: str, family: ModelFamily
+) -> tuple[dict[str, tuple[dict[str, Any] | None, str]], bool]:
+    """Per-layer-type entries (``None`` = NoPE layer), and whether they are per layer type; Gemma-3's
+    ``rope_local_base_freq`` adds a default-RoPE ``sliding_attention`` entry next to a flat dict (then they are:
+    transformers 5 standardises such a config into per-layer-type ``rope_parameters``)."""
+    found = rope_dicts(text, pointer)
+    if found.nested:
+        entries = {e.layer_type: (dict(e.data) if e.data is not None else None, e.pointer) for e in found.entries}
+        return entries, True
+    rope_dict = dict(found.entries[0].data or {}) if found.entries else {}
+    full = (rope_dict, found.pointer)
     local_base = text.get("rope_local_base_freq", family.class_defaults.get("rope_local_base_freq"))
-    if local_base is not None:
-        sliding = {"rope_type": "default", "rope_theta": local_base}
-        explicit = "rope_local_base_freq" in text
-        local_pointer = f"{pointer}/rope_local_base_freq" if explicit else "default:class:rope_local_base_freq"
-        return {
-            "full_attention": (rope_dict, rope_pointer),
-            "sliding_attention": (sliding, local_pointer),
-        }
-    return {"full_attention": (rope_dict, rope_pointer)}
+    if local_base is None:
+        return {"full_attention": full}, False
+    sliding = {"rope_type": "default", "rope_theta": local_base}
+    explicit = "rope_local_base_freq" in text
+    local_pointer = f"{pointer}/rope_local_base_freq" if explicit else "default:class:rope_local_base_freq"
+    return {"full_attention": full, "sliding_attention": (sliding, local_pointer)}, True
 
 
 class _Resolver:
@@ -308,10 +354,10 @@ class _Resolver:
 
     def build(self, validate: bool = True) -> RopeParams:
         rope_type = self.rope_type()
-        keys = ROPE_TYPE_KEYS.get(rope_type)
-        if keys is None and validate:
+        definition = lookup(rope_type)
+        if definition is None and validate:
             raise InvalidInput(
-                f"unknown rope_type {rope_type!r}; known: {sorted(ROPE_TYPE_KEYS)}",
+                f"unknown rope_type {rope_type!r}; known: {sorted(ROPE_TYPES)}",
                 field=self.sources["rope_type"],
             )
         max_pos = self.first(
@@ -338,7 +384,7 @@ class _Resolver:
             max_position_embeddings=_as_int(max_pos, "max_position_embeddings", self.sources),
             factor=self.number("factor"),
             original_max_position_embeddings=_as_int(
-                self.original_max(rope_type, max_pos), "original_max_position_embeddings", self.sources
+                self.original_max(definition, max_pos), "original_max_position_embeddings", self.sources
             ),
             attention_factor=self.number("attention_factor"),
             beta_fast=self.number("beta_fast"),
@@ -352,16 +398,17 @@ class _Resolver:
             high_freq_factor=self.number("high_freq_factor"),
             mrope_section=self.mrope_section(),
             mrope_layout=None,
+            extras=self.extras(definition),
         )
         params = _with_mrope_layout(params, self.entry, self.family)
-        if validate:
-            self.check_required(params, keys.required)
+        if validate and definition is not None:
+            self.check_required(params, definition)
             validate_params(params, self.locations())
         return params
 
     def locations(self) -> dict[str, str]:
         """Where each value came from, or, for a value that was not given, where it belongs (for errors)."""
-        missing = {f.name: f"{self.entry_pointer}/{f.name}" for f in fields(RopeParams)}
+        missing = {key: f"{self.entry_pointer}/{key}" for key in (*FIELD_NAMES, *KNOWN_KEYS)}
         missing.update({key: f"{self.pointer}/{key}" for key in ("head_dim", "max_position_embeddings")})
         return {**missing, **self.sources}
 
@@ -371,7 +418,7 @@ class _Resolver:
             raise InvalidInput("rope_type must be a string", field=self.sources["rope_type"])
         if raw in self.family.legacy_longrope_aliases:
             return "longrope"
-        return ROPE_TYPE_ALIASES.get(raw, raw)
+        return ALIASES.get(raw, raw)
 
     def theta(self) -> float:
         value = self.first(
@@ -403,14 +450,14 @@ class _Resolver:
             )
         return _as_int(value, "head_dim", self.sources) or 0
 
-    def original_max(self, rope_type: str, max_pos: Any) -> Any:
-        """transformers' rule: for llama3/yarn/longrope a config attribute ``original_max_position_embeddings``
-        (a top-level key, or a class default such as Phi-3's 4096) overwrites a flat rope dict's value; a
-        per-layer-type entry only falls back to ``max_position_embeddings``.
+    def original_max(self, definition: RopeType | None, max_pos: Any) -> Any:
+        """transformers' rule: for the types that read it (llama3/yarn/longrope) a config attribute
+        ``original_max_position_embeddings`` (a top-level key, or a class default such as Phi-3's 4096)
+        overwrites a flat rope dict's value; a per-layer-type entry only falls back to ``max_position_embeddings``.
         """
         key = "original_max_position_embeddings"
         candidates = [self.from_entry(key)]
-        if rope_type in LONG_CONTEXT_TYPES:
+        if definition is not None and definition.original_from_config:
             if not self.nested:
                 candidates = [self.from_text(key), self.from_class(key), *candidates]
             candidates.append(("default:max_position_embeddings", max_pos))
@@ -445,9 +492,17 @@ class _Resolver:
             )
         return tuple(value)
 
-    def check_required(self, params: RopeParams, required: frozenset[str]) -> None:
-        present = {key for key in required if getattr(params, key) is not None}
-        if params.rope_type == "yarn" and "factor" in self.entry:
+    def extras(self, definition: RopeType | None) -> tuple[tuple[str, float], ...]:
+        """The type's numeric keys that no ``RopeParams`` field holds, as ``(key, value)`` pairs."""
+        if definition is None:
+            return ()
+        own = sorted(definition.keys - set(FIELD_NAMES) - COMMON_KEYS - MROPE_KEYS)
+        return tuple((key, value) for key in own if (value := self.number(key)) is not None)
+
+    def check_required(self, params: RopeParams, definition: RopeType) -> None:
+        required = definition.required
+        present = {key for key in required if params.value(key) is not None}
+        if definition.null_factor_allowed and "factor" in self.entry:
             present.add("factor")  # an explicit null factor means max_position_embeddings / original
         missing = sorted(required - present)
         if missing:
@@ -468,122 +523,6 @@ def _replace(params: RopeParams, **changes: Any) -> RopeParams:
     values = {f.name: getattr(params, f.name) for f in fields(params)}
     values.update(changes)
     return RopeParams(**values)
-
-
-def validate_params(params: RopeParams, sources: Mapping[str, str] | None = None) -> None:
-    """Reject parameters no rope computation can serve (each error names the offending field)."""
-    where = dict(sources or {})
-
-    def fail(key: str, message: str) -> None:
-        raise InvalidInput(message, field=where.get(key, key))
-
-    if not math.isfinite(params.rope_theta) or params.rope_theta <= 0:
-        fail("rope_theta", f"rope_theta must be a finite number > 0, got {params.rope_theta}")
-    if not 0 < params.head_dim <= MAX_HEAD_DIM:
-        fail("head_dim", f"head_dim must be in 1..{MAX_HEAD_DIM}, got {params.head_dim}")
-    if not 0 < params.partial_rotary_factor <= 1:
-        fail(
-            "partial_rotary_factor",
-            f"partial_rotary_factor must be in (0, 1], got {params.partial_rotary_factor}",
-        )
-    if params.rope_type == "proportional":  # full-width cos/sin with a zero tail: only the head must pair up
-        if params.head_dim < 2 or params.head_dim % 2:
-            fail("head_dim", f"proportional RoPE rotates the full head: head_dim {params.head_dim} must be even")
-    elif params.rotary_dim < 2 or params.rotary_dim % 2:
-        fail(
-            "partial_rotary_factor" if params.partial_rotary_factor != 1.0 else "head_dim",
-            f"rotary dimension int(head_dim*partial_rotary_factor) = {params.rotary_dim} must be even and >= 2",
-        )
-    for key in (
-        "factor",
-        "attention_factor",
-        "beta_fast",
-        "beta_slow",
-        "mscale",
-        "mscale_all_dim",
-        "low_freq_factor",
-        "high_freq_factor",
-    ):
-        value = getattr(params, key)
-        if value is not None and (not math.isfinite(value) or value < 0):
-            fail(key, f"{key} must be a finite number >= 0, got {value}")
-    if params.factor is not None and params.factor <= 0:
-        fail("factor", f"factor must be > 0, got {params.factor}")
-    for key in ("max_position_embeddings", "original_max_position_embeddings"):
-        value = getattr(params, key)
-        if value is not None and value <= 0:
-            fail(key, f"{key} must be > 0, got {value}")
-    _validate_type_specific(params, fail)
-
-
-def _validate_type_specific(params: RopeParams, fail: Any) -> None:
-    half = params.rotary_dim // 2
-    _validate_formula_domains(params, fail)
-    if params.rope_type == "longrope":
-        for key in ("short_factor", "long_factor"):
-            values = getattr(params, key)
-            if len(values) != half:
-                fail(key, f"{key} has {len(values)} entries; rotary_dim/2 = {half} are needed")
-            if not all(math.isfinite(v) and v > 0 for v in values):
-                fail(key, f"{key} entries must be finite and > 0")
-    if params.rope_type == "llama3" and params.high_freq_factor <= params.low_freq_factor:  # type: ignore[operator]
-        fail("high_freq_factor", "high_freq_factor must be greater than low_freq_factor")
-    if params.rope_type in {"yarn", "longrope"} and params.factor is None and not params.max_position_embeddings:
-        fail("factor", f"{params.rope_type} without factor needs max_position_embeddings")
-    if params.rope_type == "dynamic" and not params.max_position_embeddings:
-        fail("max_position_embeddings", "dynamic NTK needs max_position_embeddings")
-    if params.mrope_section is not None and sum(params.mrope_section) != half:
-        fail(
-            "mrope_section",
-            f"mrope_section {list(params.mrope_section)} sums to {sum(params.mrope_section)}; "
-            f"rotary_dim/2 = {half} is needed",
-        )
-
-
-def _yarn_domain(params: RopeParams, fail: Any) -> None:
-    original = params.original_max_position_embeddings or params.max_position_embeddings or 1
-    for key in ("beta_fast", "beta_slow"):  # an explicit 0 means the default
-        value = getattr(params, key)
-        if value and not _finite_quotient(original, value * 2 * math.pi):
-            fail(key, f"yarn takes ln(original_max_position_embeddings / (2 pi {key})): {key} {value} overflows it")
-    if params.rope_theta == 1:
-        fail("rope_theta", "yarn divides by ln(rope_theta): rope_theta must not be 1")
-
-
-def _llama3_domain(params: RopeParams, fail: Any) -> None:
-    if params.low_freq_factor == 0:
-        fail("low_freq_factor", "llama3 divides by low_freq_factor: it must be > 0")
-
-
-def _dynamic_domain(params: RopeParams, fail: Any) -> None:
-    if params.rotary_dim <= 2:
-        fail("head_dim", f"dynamic NTK raises to rotary_dim/(rotary_dim-2): rotary_dim {params.rotary_dim} must be > 2")
-
-
-def _longrope_domain(params: RopeParams, fail: Any) -> None:
-    if params.attention_factor is None and params.original_max_position_embeddings == 1:
-        fail("original_max_position_embeddings", "longrope divides by ln(original_max_position_embeddings): need > 1")
-
-
-FORMULA_DOMAINS: dict[str, Callable[[RopeParams, Any], None]] = {
-    "yarn": _yarn_domain,
-    "llama3": _llama3_domain,
-    "dynamic": _dynamic_domain,
-    "longrope": _longrope_domain,
-}
-"""Per rope type: values inside the generic ranges that would still divide by zero or overflow in its formula
-(``ropeserve.rope.registry.compute_inv_freq`` guards whatever is left)."""
-
-
-def _validate_formula_domains(params: RopeParams, fail: Any) -> None:
-    check = FORMULA_DOMAINS.get(params.rope_type)
-    if check is not None:
-        check(params, fail)
-
-
-def _finite_quotient(numerator: float, denominator: float) -> bool:
-    """``numerator / denominator`` is a finite, non-zero float (its logarithm exists)."""
-    return 0 < denominator <= FLOAT_MAX and 0 < numerator / denominator <= FLOAT_MAX
 
 
 def _is_number(value: Any) -> bool:

@@ -28,4 +28,5 @@ def preset_config(name: str) -> dict[str, Any]:
     catalog = preset_catalog()
     if name not in catalog:
         raise InvalidInput(f"unknown preset {name!r}; known: {sorted(catalog)}", field="preset")
-    return catalog[name]["config"]
+    config: dict[str, Any] = catalog[name]["config"]
+    return config

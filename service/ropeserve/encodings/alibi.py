@@ -31,7 +31,7 @@ AlibiMode = Literal["causal", "symmetric"]
 
 def closest_power_of_two(num_heads: int) -> int:
     """The largest power of two ``<= num_heads``."""
-    return 2 ** math.floor(math.log2(num_heads))
+    return int(2 ** math.floor(math.log2(num_heads)))
 
 
 def _geometric_slopes(count: int, powers: torch.Tensor, max_bias: float) -> torch.Tensor:

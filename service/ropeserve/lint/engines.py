@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ropeserve.config import RopeParams
+from ropeserve.config.rope_types import effective_factor, finite_positive, lookup, lookup_for_engines, yarn
+from ropeserve.config.rope_types.base import LengthRule
 from ropeserve.lint.intent import ENGINES, EngineTarget
 from ropeserve.lint.model import ModelView
-from ropeserve.lint.spectrum import effective_factor, finite_positive
 from ropeserve.lint.versions import Version
 
-NEVER_SCALED_BY_FACTOR = frozenset({"su", "longrope", "llama3"})
-"""vLLM step 5 skips these types: their max_position_embeddings is already the extended length."""
 TOKENIZER_SENTINEL = 10**15
 """``tokenizer_config.model_max_length`` at or above this is transformers' "no limit" placeholder."""
 
@@ -217,11 +216,18 @@ def cache_rows_for(params: RopeParams, engine: str) -> int | None:
     factor = effective_factor(params)
     original = int(finite_positive(params.original_max_position_embeddings) or base)
     mrope_rows = 4 if engine == "vllm" and params.mrope_section is not None else 1
-    if params.rope_type in ("yarn", "deepseek_yarn"):
+    rule = _length_rule(params)
+    if rule == "original_x_factor":
         return scaled_length(mrope_rows * original, factor)
-    if params.rope_type in ("linear", "dynamic"):
+    if rule == "max_x_factor":
         return scaled_length(base, factor)
     return mrope_rows * base
+
+
+def _length_rule(params: RopeParams) -> LengthRule:
+    """How the rope type extends the context (``max`` for a type no registry entry describes)."""
+    definition = lookup_for_engines(params.rope_type)
+    return "max" if definition is None else definition.extended_length
 
 
 def _vllm_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None) -> EngineLength:
@@ -261,11 +267,12 @@ def _vllm_rope_scaling(view: ModelView, derived: int, source: str) -> tuple[int,
         return derived, f"{source} (gemma3: rope factor not applied)"
     factor = 1.0
     for params in view.layers.values():
-        if params.rope_type in NEVER_SCALED_BY_FACTOR:
+        definition = lookup_for_engines(params.rope_type)
+        if definition is not None and definition.length_includes_extension:
             continue
         factor = finite_positive(params.factor) or factor
         original = finite_positive(params.original_max_position_embeddings)
-        if params.rope_type == "yarn" and original:
+        if lookup(params.rope_type) is yarn.ROPE_TYPE and original:
             derived, source = int(original), "original_max_position_embeddings"
     if factor == 1.0:
         return derived, source
@@ -367,8 +374,9 @@ def position_capacity(view: ModelView) -> int | None:
         return None
     limit, factor = int(limit), effective_factor(main)
     original = finite_positive(main.original_max_position_embeddings)
-    if main.rope_type in ("yarn", "deepseek_yarn") and original:
+    rule = _length_rule(main)
+    if rule == "original_x_factor" and original:
         return max(limit, scaled_length(original, factor))
-    if main.rope_type in ("linear", "dynamic") and not view.is_gemma3:
+    if rule == "max_x_factor" and not view.is_gemma3:
         return scaled_length(limit, factor)
     return limit

@@ -17,11 +17,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ropeserve.config import RopeParams
+from ropeserve.config.rope_types import Ramp, spectrum
 from ropeserve.errors import InvalidInput
 from ropeserve.lint.engines import position_capacity
 from ropeserve.lint.intent import DeploymentIntent
 from ropeserve.lint.model import ModelView, check_computable
-from ropeserve.lint.spectrum import Ramp, spectrum
 
 TWO_PI = 2 * math.pi
 
@@ -73,7 +73,9 @@ class ExplainReport:
             f"requested {self.requested_context:,}"
         )
         ramp = f"\n{self.ramp.kind} ramp: {self.ramp.detail}" if self.ramp else ""
-        rows = [("i", "channels", "axis", "wavelength", "scaled", "x", "turns@trained", "turns@req", "regime")]
+        rows: list[tuple[str, ...]] = [
+            ("i", "channels", "axis", "wavelength", "scaled", "x", "turns@trained", "turns@req", "regime")
+        ]
         rows += [_row(band) for band in self.bands]
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         table = "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)

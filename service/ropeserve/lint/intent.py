@@ -236,7 +236,7 @@ def _choice(value: Any, choices: tuple[str, ...], pointer: str) -> str | None:
         return None
     if value not in choices:
         raise InvalidInput(f"must be one of {list(choices)}, got {value!r}", field=pointer)
-    return value
+    return str(value)
 
 
 def _optional_object(value: Any, pointer: str) -> dict[str, Any] | None:

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 import ropeserve.lint.rules  # noqa: F401  (registers the rules)
+from ropeserve.config import RopeParams
 from ropeserve.config.jsonsafe import check_json_numbers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import RULES, Finding
@@ -90,7 +91,7 @@ def _model_summary(context: LintContext) -> dict[str, Any]:
     }
 
 
-def _layer_kind(params: Any) -> str:
+def _layer_kind(params: RopeParams) -> str:
     if params.mrope_section is None:
         return params.rope_type
     return f"{params.rope_type} + {params.mrope_layout} M-RoPE {list(params.mrope_section)}"

@@ -15,33 +15,14 @@ from ropeserve.config import (
     normalize_config,
     validate_params,
 )
-from ropeserve.config.normalize import TEXT_CONFIG_PATHS, factor_for_rotary_dim, layer_type_labels
-from ropeserve.config.schema import ROPE_TYPE_KEYS
+from ropeserve.config.normalize import RopeEntry, complete_text, rope_dicts, text_section
+from ropeserve.config.rope_types import lookup
 from ropeserve.errors import InvalidInput
 from ropeserve.lint import pointers
 
-ROPE_CONTAINERS = ("rope_scaling", "rope_parameters")
 TEXT_LEVEL_KEYS = frozenset({"max_position_embeddings", "head_dim", "hidden_size", "num_attention_heads"})
 MAX_HEAD_DIM = 4096
 """Larger heads are treated as a config error (RS206); real models use at most 512."""
-
-
-@dataclass(frozen=True)
-class RopeEntry:
-    """One raw rope dict as written in the file (``data`` is None for a NoPE layer or when absent)."""
-
-    layer_type: str
-    pointer: str
-    data: Mapping[str, Any] | None
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return default if self.data is None else self.data.get(key, default)
-
-    def has(self, key: str) -> bool:
-        return self.data is not None and key in self.data
-
-    def key_pointer(self, key: str) -> str:
-        return pointers.join(self.pointer, key)
 
 
 @dataclass(frozen=True)
@@ -66,11 +47,11 @@ class ModelView:
         if not isinstance(config, Mapping):
             raise InvalidInput("config must be a JSON object", field="/config")
         document = _with_override(config, rope_override) if rope_override is not None else config
-        raw_text, text_pointer = _text_section(document)
+        raw_text, text_pointer = text_section(document)
         model_type = raw_text.get("model_type") or document.get("model_type")
         family = family_of(model_type if isinstance(model_type, str) else None)
         document, filled = _as_config_class(document, raw_text, text_pointer, family)
-        text, _ = _text_section(document)
+        text, _ = text_section(document)
         try:
             normalized, error = normalize_config(document, validate=False), None
         except InvalidInput as failure:
@@ -82,7 +63,7 @@ class ModelView:
             text_pointer=text_pointer,
             model_type=model_type if isinstance(model_type, str) else None,
             family=family,
-            entries=_rope_entries(text, text_pointer),
+            entries=rope_dicts(text, text_pointer, strict=False).entries,
             normalized=normalized,
             error=error if error is None or not error.field else _refiled(error, filled),
             layers=layers,
@@ -145,10 +126,10 @@ class ModelView:
 
 def check_computable(params: RopeParams, sources: Mapping[str, str] | None = None) -> None:
     """Raise InvalidInput unless ``params`` define frequencies the linter can tabulate."""
-    keys = ROPE_TYPE_KEYS.get(params.rope_type)
-    if keys is None:
+    definition = lookup(params.rope_type)
+    if definition is None:
         raise InvalidInput(f"no frequency model for rope_type {params.rope_type!r}", field="rope_type")
-    missing = sorted(key for key in keys.required if getattr(params, key) is None)
+    missing = sorted(key for key in definition.required if params.value(key) is None)
     if missing:
         raise InvalidInput(f"rope_type {params.rope_type!r} requires {missing}", field=missing[0])
     validate_params(params, sources)
@@ -161,44 +142,15 @@ def check_computable(params: RopeParams, sources: Mapping[str, str] | None = Non
 def _as_config_class(
     document: Mapping[str, Any], text: Mapping[str, Any], text_pointer: str, family: ModelFamily
 ) -> tuple[Mapping[str, Any], dict[str, str]]:
-    """``document`` with its text section completed as the model's config class completes it: keys written
-    under ``attribute_map`` aliases (GPT-J's ``n_embd``) and a top-level ``rotary_dim`` as
-    ``partial_rotary_factor``. Returns the completed document
-    (``document`` itself when nothing is missing) and the pointers it filled -> their real source."""
-    added: dict[str, Any] = {}
-    filled: dict[str, str] = {}
-    for key, alias in family.attribute_map.items():
-        if key not in text and alias in text:
-            added[key], filled[pointers.join(text_pointer, key)] = text[alias], pointers.join(text_pointer, alias)
-    factor = _rotary_dim_factor({**text, **added})
-    if factor is not None:
-        added["partial_rotary_factor"] = factor
-        filled[pointers.join(text_pointer, "partial_rotary_factor")] = pointers.join(text_pointer, "rotary_dim")
-    if not added:
+    """``document`` with its text section completed as the config class completes it (``complete_text``, the
+    normaliser's own step), so the engine rules read the same keys; ``document`` itself when nothing is missing.
+    Returns it and the pointers filled -> their real source."""
+    section, filled = complete_text(text, text_pointer, family)
+    if not filled:
         return document, filled
     completed = copy.deepcopy(dict(document))
-    section = pointers.resolve(completed, text_pointer)
-    section.update(added)
+    pointers.resolve(completed, text_pointer).update(section)
     return completed, filled
-
-
-def _rotary_dim_factor(text: Mapping[str, Any]) -> float | None:
-    """``partial_rotary_factor`` for a top-level ``rotary_dim`` (GPT-J, CodeGen, MixFormer), when the head size
-    is known from ``head_dim`` or ``hidden_size / num_attention_heads`` and the width fits it; else None."""
-    rotary_dim = text.get("rotary_dim")
-    if "partial_rotary_factor" in text or "rotary_pct" in text or not _positive_int(rotary_dim):
-        return None
-    head_dim = text.get("head_dim")
-    if not _positive_int(head_dim):
-        hidden, heads = text.get("hidden_size"), text.get("num_attention_heads")
-        head_dim = hidden // heads if _positive_int(hidden) and _positive_int(heads) else None
-    if head_dim is None or not 0 < rotary_dim <= head_dim <= MAX_HEAD_DIM:
-        return None
-    return factor_for_rotary_dim(rotary_dim, head_dim)
-
-
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63
 
 
 def _refiled(error: InvalidInput, filled: Mapping[str, str]) -> InvalidInput:
@@ -213,36 +165,8 @@ def _refiled(error: InvalidInput, filled: Mapping[str, str]) -> InvalidInput:
 def _with_override(config: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """The config with its rope dict replaced by ``override`` (as ``--hf-overrides rope_parameters`` does)."""
     document = copy.deepcopy(dict(config))
-    _, text_pointer = _text_section(document)
+    _, text_pointer = text_section(document)
     section = pointers.resolve(document, text_pointer)
     section.pop("rope_scaling", None)
     section["rope_parameters"] = dict(override)
     return document
-
-
-def _text_section(document: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
-    for path in TEXT_CONFIG_PATHS:
-        pointer = pointers.join("", *path)
-        section = pointers.resolve(document, pointer)
-        if isinstance(section, Mapping):
-            return section, pointer
-    return document, ""
-
-
-def _rope_entries(text: Mapping[str, Any], text_pointer: str) -> tuple[RopeEntry, ...]:
-    """The text section's raw rope dict(s), split per layer type when nested (empty when absent).
-
-    As in the normaliser, a truthy ``rope_scaling`` wins over ``rope_parameters``.
-    """
-    for key in ROPE_CONTAINERS:
-        value = text.get(key)
-        if value and isinstance(value, Mapping):
-            pointer = pointers.join(text_pointer, key)
-            nested = [k for k in value if k in layer_type_labels(text)]
-            if not nested:
-                return (RopeEntry("full_attention", pointer, value),)
-            return tuple(
-                RopeEntry(k, pointers.join(pointer, k), value[k] if isinstance(value[k], Mapping) else None)
-                for k in nested
-            )
-    return ()

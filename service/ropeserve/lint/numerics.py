@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ropeserve.config import RopeParams
-from ropeserve.lint.spectrum import Spectrum, exponent_denominator, spectrum
+from ropeserve.config.rope_types import Spectrum, rotated_width, spectrum
 
 EXACT_INTEGER_LIMIT = {"float32": 2**24, "bfloat16": 2**8, "float16": 2**11}
 """Largest N such that every integer position 0..N is exact in the dtype."""
@@ -36,7 +36,7 @@ def round_float32(value: float) -> float:
     if not math.isfinite(value):
         return value
     try:
-        return struct.unpack("<f", struct.pack("<f", value))[0]
+        return float(struct.unpack("<f", struct.pack("<f", value))[0])
     except OverflowError:
         return math.copysign(math.inf, value)
 
@@ -47,14 +47,14 @@ def round_bfloat16(value: float) -> float:
         return single
     bits = struct.unpack("<I", struct.pack("<f", single))[0]
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return struct.unpack("<f", struct.pack("<I", bits))[0]
+    return float(struct.unpack("<f", struct.pack("<I", bits))[0])
 
 
 def round_float16(value: float) -> float:
     if not math.isfinite(value):
         return value
     try:
-        return struct.unpack("<e", struct.pack("<e", value))[0]
+        return float(struct.unpack("<e", struct.pack("<e", value))[0])
     except (OverflowError, struct.error):
         return math.copysign(math.inf, value)
 
@@ -93,7 +93,7 @@ class TableError:
 def float32_frequencies(params: RopeParams, seq_len: int | None) -> tuple[Spectrum, list[float]]:
     """The float64 spectrum and its float32 emulation (step 1 of the model)."""
     exact = spectrum(params, seq_len)
-    dim, theta = exponent_denominator(params), round_float32(params.rope_theta)
+    dim, theta = rotated_width(params), round_float32(params.rope_theta)
     emulated = []
     for index, (base, scaled) in enumerate(zip(exact.base, exact.scaled, strict=False)):
         exponent = round_float32(round_float32(2.0 * index) / round_float32(float(dim)))

@@ -95,7 +95,7 @@ class Clause:
         if self.prefix:
             matches = candidate.release[: len(self.version.release)] == self.version.release
             return matches if self.op == "==" else not matches
-        return _COMPARE[self.op](candidate, self.version)
+        return bool(_COMPARE[self.op](candidate, self.version))
 
     def __str__(self) -> str:
         return f"{self.op}{self.version}{'.*' if self.prefix else ''}"

@@ -2,7 +2,7 @@
 
 from ropeserve.rope.apply import LAYOUTS, Layout, apply_rotary, rotate
 from ropeserve.rope.mrope import mrope_cos_sin, slot_axes
-from ropeserve.rope.registry import ROPE_TYPES, base_inv_freq, compute_inv_freq, register, rotated_width
+from ropeserve.rope.registry import ROPE_TYPES, base_inv_freq, compute_inv_freq, rotated_width
 from ropeserve.rope.tables import (
     DEFAULT_CACHE,
     PAIRINGS,
@@ -30,7 +30,6 @@ __all__ = [
     "effective_length",
     "expand_pairing",
     "mrope_cos_sin",
-    "register",
     "rope_cos_sin",
     "rotate",
     "rotated_width",

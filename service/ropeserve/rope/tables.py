@@ -16,7 +16,7 @@ from typing import Literal
 
 import torch
 
-from ropeserve.config import RopeParams
+from ropeserve.config import ROPE_TYPES, RopeParams
 from ropeserve.rope.registry import compute_inv_freq
 
 Pairing = Literal["neox", "gptj"]
@@ -32,32 +32,18 @@ MAX_POSITION = 2**31 - 1
 
 
 def effective_length(params: RopeParams, max_position: int, seq_len_cached: int | None = None) -> int | None:
-    """The ``seq_len`` a length-dependent rope type uses for positions up to ``max_position``.
-
-    dynamic: transformers recomputes when ``L = max_position + 1`` exceeds its cached length ``c``
-    (default ``max_position_embeddings``), restores the original below ``max_position_embeddings``, and
-    otherwise keeps ``c`` (hysteresis). longrope: ``L`` picks the long factors above the original length.
-    Other types ignore the length (``None``).
-    """
-    length = max_position + 1
-    if params.rope_type == "longrope":
-        return length
-    if params.rope_type != "dynamic":
-        return None
-    original = params.max_position_embeddings
-    cached = max(seq_len_cached or original, original)
-    if length > cached:
-        return length
-    return original if length < original else cached
+    """The ``seq_len`` a length-dependent rope type uses for positions up to ``max_position`` (its
+    ``run_length``: dynamic's hysteresis, longrope's long/short switch); ``None`` for the other types."""
+    run_length = ROPE_TYPES[params.rope_type].run_length
+    return None if run_length is None else run_length(params, max_position, seq_len_cached)
 
 
 def _length_key(params: RopeParams, seq_len: int | None) -> int | None:
-    """Collapse lengths that give identical frequencies (longrope has two sets; dynamic ≤ M is the init)."""
-    if seq_len is None:
+    """Collapse lengths that give identical frequencies (the type's ``length_class``)."""
+    length_class = ROPE_TYPES[params.rope_type].length_class
+    if seq_len is None or length_class is None:
         return None
-    if params.rope_type == "longrope":
-        return int(seq_len > params.original_max_position_embeddings)
-    return max(seq_len, params.max_position_embeddings)
+    return length_class(params, seq_len)
 
 
 @dataclass

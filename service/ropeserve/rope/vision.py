@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ropeserve.config.normalize import MAX_HEAD_DIM
+from ropeserve.config.validate import MAX_HEAD_DIM
 from ropeserve.errors import InvalidInput
 from ropeserve.rope.registry import base_inv_freq
 

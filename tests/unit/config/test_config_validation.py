@@ -312,7 +312,7 @@ def test_rotary_dim_30_of_44_is_kept() -> None:
 
 
 def test_every_rope_type_has_a_key_schema_and_as_dict_is_json_ready() -> None:
-    assert set(ROPE_TYPE_KEYS) == {"default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional"}
+    assert set(ROPE_TYPE_KEYS) == {"default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional", "ntk"}
     params = normalize_config(
         with_rope({"rope_type": "longrope", "short_factor": [1.0] * 32, "long_factor": [2.0] * 32})
     ).params()

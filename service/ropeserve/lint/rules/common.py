@@ -5,13 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ropeserve.config import RopeParams
-from ropeserve.config.schema import ROPE_TYPE_ALIASES
+from ropeserve.config.normalize import RopeEntry
+from ropeserve.config.rope_types import ALIASES, LEGACY_NAMES, RopeType, lookup_for_engines, yarn
 from ropeserve.lint.context import LintContext
-from ropeserve.lint.model import RopeEntry
 from ropeserve.lint.versions import Version
 
-LEGACY_TYPE_NAMES = {"su": "longrope", **ROPE_TYPE_ALIASES}
-YARN_TYPES = frozenset({"yarn", "deepseek_yarn"})
+LEGACY_TYPE_NAMES = {**LEGACY_NAMES, **ALIASES}
 
 
 def written_type(entry: RopeEntry) -> str | None:
@@ -24,6 +23,16 @@ def canonical_type(entry: RopeEntry) -> str | None:
     """The declared type with legacy names mapped (``su`` -> longrope, ``mrope`` -> default)."""
     declared = written_type(entry)
     return LEGACY_TYPE_NAMES.get(declared, declared) if declared is not None else None
+
+
+def definition_of(rope_type: str | None) -> RopeType | None:
+    """The registered definition an engine computes for ``rope_type`` (legacy and engine aliases resolved)."""
+    return lookup_for_engines(rope_type)
+
+
+def is_yarn(rope_type: str | None) -> bool:
+    """``rope_type`` computes YaRN (``yarn``, or an engine's ``deepseek_yarn``)."""
+    return definition_of(rope_type) is yarn.ROPE_TYPE
 
 
 def rope_layers(ctx: LintContext) -> Iterator[tuple[str, RopeParams]]:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ropeserve.config.rope_types.yarn import BETA_FAST as YARN_BETA_FAST
+from ropeserve.config.rope_types.yarn import BETA_SLOW as YARN_BETA_SLOW
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
-from ropeserve.lint.rules.common import YARN_TYPES, canonical_type, entries, fmt, rope_layers
-from ropeserve.lint.spectrum import YARN_BETA_FAST, YARN_BETA_SLOW
+from ropeserve.lint.rules.common import canonical_type, entries, fmt, is_yarn, rope_layers
 
 WARNING, INFO = Severity.WARNING, Severity.INFO
 TRAINED_SCALING = frozenset({"llama3", "yarn", "longrope"})
@@ -83,7 +84,7 @@ def dynamic_ntk_semantics(ctx: LintContext) -> Iterator[Hit]:
 )
 def yarn_truncate_ignored(ctx: LintContext) -> Iterator[Hit]:
     for entry in entries(ctx):
-        if canonical_type(entry) not in YARN_TYPES or entry.get("truncate", True) is not False:
+        if not is_yarn(canonical_type(entry)) or entry.get("truncate", True) is not False:
             continue
         for engine in ctx.targeted("tgi", "llama.cpp"):
             yield ctx.hit(
@@ -191,7 +192,7 @@ def tgi_yarn_fixed_betas(ctx: LintContext) -> Iterator[Hit]:
     if "tgi" not in ctx.targeted():
         return
     for layer_type, params in rope_layers(ctx):
-        if params.rope_type not in YARN_TYPES:
+        if not is_yarn(params.rope_type):
             continue
         for key, fixed in (("beta_fast", YARN_BETA_FAST), ("beta_slow", YARN_BETA_SLOW)):
             value = getattr(params, key)

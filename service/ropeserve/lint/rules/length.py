@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from ropeserve.config import RopeParams
+from ropeserve.config.rope_types import effective_factor, finite_positive
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.engines import (
@@ -21,8 +22,7 @@ from ropeserve.lint.engines import (
     tokenizer_limit,
 )
 from ropeserve.lint.findings import NOTE, Hit, Severity, rule
-from ropeserve.lint.rules.common import TRANSFORMERS_5, YARN_TYPES, fmt
-from ropeserve.lint.spectrum import effective_factor, finite_positive
+from ropeserve.lint.rules.common import TRANSFORMERS_5, definition_of, fmt, is_yarn
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 ALL_LENGTH_KEYS = tuple(dict.fromkeys(VLLM_LENGTH_KEYS + SGLANG_LENGTH_KEYS + TGI_LENGTH_KEYS))
@@ -132,7 +132,7 @@ def yarn_length_mismatch(ctx: LintContext) -> Iterator[Hit]:
     for params in ctx.model.layers.values():
         original, limit = params.original_max_position_embeddings, params.max_position_embeddings
         factor = finite_positive(params.factor)
-        if params.rope_type not in YARN_TYPES or factor is None or not original or not limit:
+        if not is_yarn(params.rope_type) or factor is None or not original or not limit:
             continue
         extended = scaled_length(original, factor)
         if limit == extended:
@@ -154,6 +154,12 @@ def yarn_length_mismatch(ctx: LintContext) -> Iterator[Hit]:
         )
 
 
+def _scales_length(params: RopeParams) -> bool:
+    """The type multiplies ``max_position_embeddings`` by its factor (linear, dynamic)."""
+    definition = definition_of(params.rope_type)
+    return definition is not None and definition.extended_length == "max_x_factor"
+
+
 @rule(
     "RS304",
     "factor-on-extended-length",
@@ -165,7 +171,7 @@ def yarn_length_mismatch(ctx: LintContext) -> Iterator[Hit]:
 )
 def factor_on_extended_length(ctx: LintContext) -> Iterator[Hit]:
     params, trained = ctx.model.main, ctx.original.main
-    if params is None or params.rope_type not in ("linear", "dynamic") or effective_factor(params) <= 1:
+    if params is None or not _scales_length(params) or effective_factor(params) <= 1:
         return
     limit, factor = params.max_position_embeddings or 0, effective_factor(params)
     if ctx.model.is_gemma3:
@@ -302,8 +308,9 @@ def length_beyond_rope_capacity(ctx: LintContext) -> Iterator[Hit]:
     if capacity is None or requested is None or requested <= capacity:
         return
     main = ctx.model.main
-    unscaled = main is None or main.rope_type == "default"
-    scaling = "no rope scaling" if unscaled else f"{main.rope_type} scaling"
+    definition = None if main is None else definition_of(main.rope_type)
+    unscaled = main is None or (definition is not None and not definition.scales)
+    scaling = "no rope scaling" if unscaled or main is None else f"{main.rope_type} scaling"
     extend = f"add the model's documented long-context scaling (e.g. yarn, factor {requested / capacity:.3g})"
     yield ctx.hit(
         _length_pointer(ctx),
@@ -369,7 +376,7 @@ def vllm_longrope_default_length(ctx: LintContext) -> Iterator[Hit]:
 )
 def length_scaled_by_factor(ctx: LintContext) -> Iterator[Hit]:
     main = ctx.model.main
-    if main is None or main.rope_type not in ("linear", "dynamic") or ctx.model.is_gemma3:
+    if main is None or not _scales_length(main) or ctx.model.is_gemma3:
         return
     limit, factor = main.max_position_embeddings, effective_factor(main)
     if not limit or factor <= 1 or _original_length_given(ctx):

@@ -6,11 +6,11 @@ import math
 from collections.abc import Iterator
 
 from ropeserve.config import RopeParams
+from ropeserve.config.rope_types import finite_positive
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
 from ropeserve.lint.rules.common import entries, fmt, rope_layers, written_type
-from ropeserve.lint.spectrum import finite_positive
 from ropeserve.lint.versions import Version
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO

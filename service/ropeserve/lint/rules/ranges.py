@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 
-from ropeserve.config import RopeParams
+from ropeserve.config.rope_types import Problem
+from ropeserve.config.rope_types.base import ProblemKind
+from ropeserve.config.rope_types.yarn import BETA_FAST as YARN_BETA_FAST
+from ropeserve.config.rope_types.yarn import BETA_SLOW as YARN_BETA_SLOW
+from ropeserve.config.validate import problems
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
 from ropeserve.lint.model import MAX_HEAD_DIM
-from ropeserve.lint.rules.common import YARN_TYPES, rope_layers
-from ropeserve.lint.spectrum import YARN_BETA_FAST, YARN_BETA_SLOW
+from ropeserve.lint.rules.common import definition_of, is_yarn, rope_layers
 
 ERROR, WARNING = Severity.ERROR, Severity.WARNING
-SCALED_TYPES = frozenset({"linear", "dynamic", "yarn", "deepseek_yarn", "longrope", "llama3", "proportional"})
-NON_NEGATIVE = ("attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim")
-POSITIVE = ("factor", "max_position_embeddings", "original_max_position_embeddings")
 
 
 @rule(
@@ -29,7 +28,8 @@ POSITIVE = ("factor", "max_position_embeddings", "original_max_position_embeddin
 )
 def factor_below_one(ctx: LintContext) -> Iterator[Hit]:
     for layer_type, params in rope_layers(ctx):
-        if params.rope_type in SCALED_TYPES and params.factor is not None and 0 < params.factor < 1:
+        definition = definition_of(params.rope_type)
+        if definition is not None and definition.scales and params.factor is not None and 0 < params.factor < 1:
             yield ctx.hit(
                 ctx.model.pointer(layer_type, "factor"),
                 f"factor = {params.factor:g} < 1 shrinks the usable context (transformers warns)",
@@ -48,7 +48,7 @@ def factor_below_one(ctx: LintContext) -> Iterator[Hit]:
 )
 def yarn_beta_order(ctx: LintContext) -> Iterator[Hit]:
     for layer_type, params in rope_layers(ctx):
-        if params.rope_type not in YARN_TYPES:
+        if not is_yarn(params.rope_type):
             continue
         for key, default in (("beta_fast", YARN_BETA_FAST), ("beta_slow", YARN_BETA_SLOW)):
             if getattr(params, key) == 0:
@@ -76,14 +76,12 @@ def yarn_beta_order(ctx: LintContext) -> Iterator[Hit]:
     catalogue="RNG-003",
 )
 def llama3_frequency_factors(ctx: LintContext) -> Iterator[Hit]:
-    for layer_type, params in rope_layers(ctx):
-        low, high = params.low_freq_factor, params.high_freq_factor
-        if params.rope_type == "llama3" and low is not None and high is not None and high <= low:
-            yield ctx.hit(
-                ctx.model.pointer(layer_type, "high_freq_factor"),
-                f"high_freq_factor {high:g} <= low_freq_factor {low:g}: the smoothing band is empty or inverted",
-                "Use the trained values (Llama 3.1: low_freq_factor 1, high_freq_factor 4).",
-            )
+    for layer_type, problem in validator_problems(ctx, "order"):
+        yield ctx.hit(
+            ctx.model.pointer(layer_type, problem.key),
+            problem.message,
+            "Use the trained values (Llama 3.1: low_freq_factor 1, high_freq_factor 4).",
+        )
 
 
 @rule(
@@ -117,17 +115,12 @@ def llama3_original_length(ctx: LintContext) -> Iterator[Hit]:
     catalogue="RNG-004",
 )
 def longrope_factor_length(ctx: LintContext) -> Iterator[Hit]:
-    for layer_type, params in rope_layers(ctx):
-        half = params.rotary_dim // 2
-        for key in ("short_factor", "long_factor"):
-            values = getattr(params, key)
-            if params.rope_type == "longrope" and values is not None and len(values) != half:
-                yield ctx.hit(
-                    ctx.model.pointer(layer_type, key),
-                    f"{key} has {len(values)} entries but rotary_dim/2 = {half} "
-                    f"(head_dim {params.head_dim} x partial_rotary_factor {params.partial_rotary_factor:g} / 2)",
-                    "Use the factor list that matches this head size, or fix head_dim / partial_rotary_factor.",
-                )
+    for layer_type, problem in validator_problems(ctx, "length"):
+        yield ctx.hit(
+            ctx.model.pointer(layer_type, problem.key),
+            problem.message,
+            "Use the factor list that matches this head size, or fix head_dim / partial_rotary_factor.",
+        )
 
 
 @rule(
@@ -160,24 +153,10 @@ def rotary_dim_invalid(ctx: LintContext) -> Iterator[Hit]:
         )
 
 
-def _domain_problems(params: RopeParams) -> Iterator[tuple[str, str]]:
-    for key in POSITIVE:
-        value = getattr(params, key)
-        if value is not None and not (math.isfinite(value) and value > 0):
-            yield key, f"{key} = {value!r} must be finite and > 0"
-    for key in NON_NEGATIVE:
-        value = getattr(params, key)
-        if value is not None and not (math.isfinite(value) and value >= 0):
-            yield key, f"{key} = {value!r} must be finite and >= 0"
-    if params.rope_type == "llama3":
-        for key in ("low_freq_factor", "high_freq_factor"):
-            value = getattr(params, key)
-            if value is not None and not (math.isfinite(value) and value > 0):
-                yield key, f"{key} = {value!r} must be finite and > 0 (it divides the original length)"
-    for key in ("short_factor", "long_factor"):
-        values = getattr(params, key) or ()
-        if any(not (math.isfinite(v) and v > 0) for v in values):
-            yield key, f"{key} has entries that are not finite and > 0 (frequencies are divided by them)"
+def validator_problems(ctx: LintContext, kind: ProblemKind) -> Iterator[tuple[str, Problem]]:
+    """``(layer type, problem)`` for each problem of ``kind`` the service's validator finds in a RoPE layer."""
+    for layer_type, params in rope_layers(ctx):
+        yield from ((layer_type, problem) for problem in problems(params) if problem.kind == kind)
 
 
 @rule(
@@ -189,6 +168,6 @@ def _domain_problems(params: RopeParams) -> Iterator[tuple[str, str]]:
     reference=f"{SPEC} §2",
 )
 def parameter_out_of_domain(ctx: LintContext) -> Iterator[Hit]:
-    for layer_type, params in rope_layers(ctx):
-        for key, problem in _domain_problems(params):
-            yield ctx.hit(ctx.model.pointer(layer_type, key), problem, f"Set {key} to the trained, positive value.")
+    for layer_type, problem in validator_problems(ctx, "range"):
+        key = problem.key
+        yield ctx.hit(ctx.model.pointer(layer_type, key), problem.message, f"Set {key} to the trained, positive value.")

@@ -6,13 +6,13 @@ import math
 from collections.abc import Iterator
 from dataclasses import replace
 
+from ropeserve.config.normalize import RopeEntry
 from ropeserve.config.schema import allowed_keys
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.engines import REQUIRED_KEYS, TOP_LEVEL_FOLDED, rope_kinds, support
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
-from ropeserve.lint.model import RopeEntry
-from ropeserve.lint.rules.common import TRANSFORMERS_5, YARN_TYPES, canonical_type, entries, rope_layers, written_type
+from ropeserve.lint.rules.common import TRANSFORMERS_5, canonical_type, entries, is_yarn, rope_layers, written_type
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 ALLOWED_TYPE_PAIRS = (frozenset({"su", "longrope"}), frozenset({"mrope", "default"}))
@@ -48,7 +48,8 @@ ALIAS_KEYS = {
 def config_unreadable(ctx: LintContext) -> Iterator[Hit]:
     error = ctx.model.error
     if error is not None:
-        pointer = error.field if (error.field or "").startswith("/") else ""
+        field = error.field or ""
+        pointer = field if field.startswith("/") else ""
         fix = "Fix the value at the pointer; rules that need the parsed rope parameters are skipped until then."
         yield ctx.hit(pointer, error.detail, fix)
 
@@ -255,7 +256,7 @@ def unknown_rope_key(ctx: LintContext) -> Iterator[Hit]:
 )
 def yarn_attention_factor(ctx: LintContext) -> Iterator[Hit]:
     for entry in entries(ctx):
-        if canonical_type(entry) not in YARN_TYPES or not entry.has("attention_factor") or entry.has("attn_factor"):
+        if not is_yarn(canonical_type(entry)) or not entry.has("attention_factor") or entry.has("attn_factor"):
             continue
         for engine in ctx.targeted("vllm", "sglang", "tgi"):
             yield ctx.hit(
