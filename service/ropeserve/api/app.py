@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import signal
+import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -124,7 +127,8 @@ class DrainingServer(uvicorn.Server):
     At SIGTERM readiness turns 503 at once while the listener keeps serving for ``drain_delay_s``, so that
     balancers and Kubernetes endpoints stop routing here; then uvicorn's graceful shutdown stops accepting,
     waits up to ``drain_timeout_s`` for in-flight requests, runs the lifespan shutdown and the process exits 0.
-    SIGINT (Ctrl-C), or a second SIGTERM, skips the rest of the delay.
+    SIGINT (Ctrl-C), or a second SIGTERM, skips the rest of the delay. Connections the kernel has completed but
+    the loop has not accepted yet are taken and served before the listener closes (closing it would reset them).
     """
 
     def __init__(self, config: uvicorn.Config, runtime: Runtime, drain_delay_s: float = 0.0) -> None:
@@ -140,6 +144,28 @@ class DrainingServer(uvicorn.Server):
             return
         super().handle_exit(sig, frame)
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await self._serve_accept_backlog()
+        await super().shutdown(sockets)  # closes the listeners first thing, with no await before
+
+    async def _serve_accept_backlog(self) -> None:
+        """Serve every connection waiting in the listeners' accept queues, like any open connection. Clients
+        reconnecting after a draining answer's ``Connection: close`` land there: closing the listener would
+        reset them after their request was sent."""
+        loop = asyncio.get_running_loop()
+        for server in self.servers:
+            for listener in server.sockets:
+                with socket.socket(fileno=os.dup(listener.fileno())) as duplicate:
+                    duplicate.setblocking(False)  # shared with the listener, which asyncio made non-blocking
+                    while (connection := _accept_nowait(duplicate)) is not None:
+                        await loop.connect_accepted_socket(self._create_protocol, connection)
+
+    def _create_protocol(self) -> asyncio.Protocol:
+        """A connection's protocol, as uvicorn builds it for its listeners."""
+        return self.config.http_protocol_class(  # type: ignore[call-arg]
+            config=self.config, server_state=self.server_state, app_state=self.lifespan.state
+        )
+
     async def on_tick(self, counter: int) -> bool:
         if self.drain_deadline is not None and not self.should_exit:
             if not self.drain_logged:
@@ -147,3 +173,13 @@ class DrainingServer(uvicorn.Server):
                 server_log.info("Draining: readiness is 503; closing the listener in %.1f s", self.drain_delay_s)
             self.should_exit = time.monotonic() >= self.drain_deadline
         return await super().on_tick(counter)
+
+
+def _accept_nowait(listener: socket.socket) -> socket.socket | None:
+    """A connection already in ``listener``'s accept queue, non-blocking, or None when the queue is empty."""
+    try:
+        connection, _ = listener.accept()
+    except OSError:  # BlockingIOError: nothing waiting; anything else: the listener is gone
+        return None
+    connection.setblocking(False)
+    return connection

@@ -32,9 +32,12 @@ from ropeserve.errors import Busy, RequestTimeout, ServiceError
 from ropeserve.logs import logging_config
 from ropeserve.settings import Settings
 
-IDLE_CLOSE_GRACE_S = 0.05
-"""How long an idle connection stays open at shutdown (under uvicorn's 0.1 s pause before it waits for tasks,
-so a request that arrives in the grace is still awaited before the lifespan shuts down)."""
+IDLE_CLOSE_GRACE_S = 1.0
+"""How long an idle keep-alive connection stays open at shutdown. uvicorn waits for every open connection to
+close before the lifespan shuts down, so a request that arrives in the grace (a client that reuses the
+connection right after an answer sent before the drain began, without ``Connection: close``) is answered,
+with ``Connection: close``, instead of meeting a reset; a client delayed by more than the grace can still
+race the close, as with any HTTP server (RFC 9112 §9.3.1)."""
 REASONS = {408: "Request Timeout", 503: "Service Unavailable"}
 
 
