@@ -134,5 +134,5 @@ class Metrics:
         if not directory:
             return generate_latest(self.registry)
         combined = CollectorRegistry()
-        MultiProcessCollector(combined, path=directory)
+        MultiProcessCollector(combined, path=directory)  # type: ignore[no-untyped-call]
         return generate_latest(combined)
