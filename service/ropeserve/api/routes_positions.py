@@ -42,7 +42,7 @@ def check_decode_size(cache_lengths: list[int], num_new: int, limit: int) -> Non
 router = APIRouter(tags=["positions"])
 ERRORS = problem_responses(406, 413, 422)
 IntMatrix = list[list[int]]
-Compat = Literal["transformers5", "transformers4"]
+Compat = Literal["transformers5", "transformers4", "vllm", "sglang"]
 
 
 class PositionsRequest(StrictModel):

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ropeserve.positions._common import tensor_on
-from ropeserve.positions.families import MRopeCompat
+from ropeserve.positions.families import COMPAT_RULES, MRopeCompat
 
 TEXT_TOKEN, IMAGE_TOKEN, VIDEO_TOKEN = 0, 1, 2
 """Values of ``mm_token_type_ids`` (the transformers processor's convention; vision start/end tokens are text)."""
@@ -52,21 +52,49 @@ class Blocks:
     thw: np.ndarray  # [G, 3] int64 merged (t, h, w); text and padding: (1, 1, length)
     time_step: np.ndarray | None  # [G] float T step per frame; None when every step is exactly 1
     has_padding: bool
+    time_scale: float | None = None
+    """Second float multiply of the frame time (vLLM / SGLang: tokens_per_second); None: none."""
 
 
-def _temporal_offsets(frames: np.ndarray, time_step: np.ndarray | None) -> np.ndarray:
-    """``floor(frame * step)`` exactly as transformers: a torch float multiply in the step's dtype, then ``.long()``."""
+def time_factors(
+    kind: np.ndarray, seconds: torch.Tensor, tokens_per_second: float, compat: MRopeCompat
+) -> tuple[np.ndarray, float | None]:
+    """Qwen2.5-VL: ``([G] step, scale)`` with ``T offset of frame k = floor((k * step) * scale)`` (no ``* scale``
+    when None), computed in torch as the reproduced implementation does.
+
+    ``seconds`` ``[G]`` float tensor: each video block's ``second_per_grid_t`` (other blocks: any value).
+    transformers: step ``tokens_per_second * second_per_grid_t`` (rounded to the tensor's dtype first), 1 for
+    images; vLLM / SGLang: step ``second_per_grid_t`` then ``* tokens_per_second``, 0 for images.
+    """
+    rule = COMPAT_RULES[compat]
+    is_video = torch.from_numpy(kind == VIDEO_TOKEN)
+    other = torch.where(
+        torch.from_numpy(kind == IMAGE_TOKEN),
+        torch.full_like(seconds, rule.image_time_step),
+        torch.ones_like(seconds),
+    )
+    if rule.seconds_first:
+        return torch.where(is_video, seconds, other).numpy(), tokens_per_second
+    return torch.where(is_video, seconds * tokens_per_second, other).numpy(), None
+
+
+def _temporal_offsets(frames: np.ndarray, time_step: np.ndarray | None, time_scale: float | None = None) -> np.ndarray:
+    """``floor((frame * step) * scale)`` exactly as the reproduced code: torch float multiplies in the step's dtype
+    (the scale a Python float), then ``.long()``."""
     if time_step is None:
         return frames
     step = torch.from_numpy(time_step)
-    return (torch.from_numpy(frames).to(step.dtype) * step).long().numpy()
+    scaled = torch.from_numpy(frames).to(step.dtype) * step
+    if time_scale is not None:
+        scaled = scaled * time_scale
+    return scaled.long().numpy()
 
 
 def _extents(blocks: Blocks) -> np.ndarray:
     """``[G]`` largest position of each block relative to its start (text: length - 1)."""
     if blocks.time_step is None:
         return blocks.thw.max(axis=1) - 1
-    last_frame = _temporal_offsets(blocks.thw[:, 0] - 1, blocks.time_step)
+    last_frame = _temporal_offsets(blocks.thw[:, 0] - 1, blocks.time_step, blocks.time_scale)
     return np.maximum(last_frame, blocks.thw[:, 1:].max(axis=1) - 1)
 
 
@@ -79,11 +107,11 @@ def _advance_transformers4(blocks: Blocks, extents: np.ndarray) -> np.ndarray:
     return extents + 1
 
 
-ADVANCE_RULES: dict[MRopeCompat, Callable[[Blocks, np.ndarray], np.ndarray]] = {
-    MRopeCompat.TRANSFORMERS5: _advance_transformers5,
-    MRopeCompat.TRANSFORMERS4: _advance_transformers4,
+ADVANCE_RULES: dict[bool, Callable[[Blocks, np.ndarray], np.ndarray]] = {
+    False: _advance_transformers5,
+    True: _advance_transformers4,
 }
-"""compat -> ``[G]`` distance from a block's start to the next block's start."""
+"""``CompatRule.next_start_after_max`` -> ``[G]`` distance from a block's start to the next block's start."""
 
 
 def _starts(advance: np.ndarray, row: np.ndarray, row_first_block: np.ndarray) -> np.ndarray:
@@ -102,7 +130,7 @@ def _line_values(blocks: Blocks, starts: np.ndarray) -> tuple[np.ndarray, np.nda
     start, rows_per_frame, length, first_line = per_line[:4]
     frame, row_in_frame = np.divmod(np.arange(line_ends[-1]) - first_line, rows_per_frame)
     step = None if blocks.time_step is None else np.repeat(blocks.time_step, lines_per_block)
-    values = np.stack([start + _temporal_offsets(frame, step), start + row_in_frame, start])
+    values = np.stack([start + _temporal_offsets(frame, step, blocks.time_scale), start + row_in_frame, start])
     return values, per_line[4:], length
 
 
@@ -158,7 +186,7 @@ def plan_positions(
         none = np.zeros((3, 0), dtype=np.int64)
         return PositionPlan(num_rows, width, np.zeros((num_rows, 1), dtype=np.int64), none, none, none[0])
     extents = _extents(blocks)
-    advance = ADVANCE_RULES[compat](blocks, extents)
+    advance = ADVANCE_RULES[COMPAT_RULES[compat].next_start_after_max](blocks, extents)
     is_padding = blocks.kind == PAD_BLOCK if blocks.has_padding else None
     if is_padding is not None:
         advance = np.where(is_padding, 0, advance)

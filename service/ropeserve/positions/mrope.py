@@ -22,6 +22,7 @@ from ropeserve.positions._blocks import (
     VIDEO_TOKEN,
     Blocks,
     plan_positions,
+    time_factors,
 )
 from ropeserve.positions._common import (
     PAD_POSITION,
@@ -345,26 +346,15 @@ def _check_token_counts(thw: np.ndarray, runs: _Runs, merge: int, error: _RunErr
         )
 
 
-def _time_steps(
-    num_runs: int,
-    video_runs: np.ndarray,
-    video_of_grid: np.ndarray | None,
-    seconds: torch.Tensor | None,
-    tokens_per_second: float,
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Qwen2.5-VL: ``[G]`` T step per frame (``tokens_per_second * second_per_grid_t`` for videos, 1 otherwise)
-    and ``[G]`` seconds of each run when given; computed in torch, as transformers does."""
-    dtype = torch.float32 if seconds is None else seconds.dtype
-    steps = torch.ones(num_runs, dtype=dtype)
-    video_run_ids = torch.from_numpy(video_runs)
-    if seconds is None:
-        steps[video_run_ids] = tokens_per_second
-        return steps.numpy(), None
-    video_seconds = seconds if video_of_grid is None else seconds.index_select(0, torch.from_numpy(video_of_grid))
-    steps[video_run_ids] = video_seconds * tokens_per_second
-    run_seconds = torch.zeros_like(steps)
-    run_seconds[video_run_ids] = video_seconds
-    return steps.numpy(), run_seconds.numpy()
+def _run_seconds(
+    num_runs: int, video_runs: np.ndarray, video_of_grid: np.ndarray | None, seconds: torch.Tensor | None
+) -> torch.Tensor:
+    """``[G]`` float tensor: ``second_per_grid_t`` of each video run (1.0 when not given), 1.0 elsewhere."""
+    run_seconds = torch.ones(num_runs, dtype=torch.float32 if seconds is None else seconds.dtype)
+    if seconds is not None:
+        video_seconds = seconds if video_of_grid is None else seconds.index_select(0, torch.from_numpy(video_of_grid))
+        run_seconds[torch.from_numpy(video_runs)] = video_seconds
+    return run_seconds
 
 
 def analyse_tokens(
@@ -417,14 +407,14 @@ def analyse_tokens(
     thw[vision_runs] = merged
     _check_token_counts(thw, runs, merge, error)
 
-    time_step, run_seconds = None, None
+    time_step, time_scale, run_seconds = None, None, None
     if rule.scales_by_seconds:
         seconds = _seconds_per_grid(second_per_grid_ts, num_videos)
         assert settings.tokens_per_second is not None
-        time_step, run_seconds = _time_steps(
-            runs.length.size, video_runs, video_of_grid, seconds, settings.tokens_per_second
-        )
-    blocks = Blocks(row=runs.row, kind=runs.kind, thw=thw, time_step=time_step, has_padding=has_padding)
+        seconds_of_run = _run_seconds(runs.length.size, video_runs, video_of_grid, seconds)
+        time_step, time_scale = time_factors(runs.kind, seconds_of_run, settings.tokens_per_second, settings.compat)
+        run_seconds = None if seconds is None else seconds_of_run.numpy()
+    blocks = Blocks(runs.row, runs.kind, thw, time_step, has_padding, time_scale)
     return TokenBlocks(blocks, mask, row_lengths, device, merge, run_seconds)
 
 

@@ -25,6 +25,7 @@ from ropeserve.positions._blocks import (
     VIDEO_TOKEN,
     Blocks,
     plan_positions,
+    time_factors,
 )
 from ropeserve.positions._common import (
     MAX_ELEMENTS,
@@ -251,25 +252,26 @@ def _padded_blocks(
         row_ids += [row] * len(ordered)
     kind, t, h, w, seconds = zip(*entries, strict=True) if entries else ((), (), (), (), ())
     kind_array = np.array(kind, dtype=np.int64)
+    time_step, time_scale = _time_steps(kind_array, seconds, settings)
     return Blocks(
         row=np.array(row_ids, dtype=np.int64),
         kind=kind_array,
         thw=np.array((t, h, w), dtype=np.int64).T,
-        time_step=_time_steps(kind_array, seconds, settings),
+        time_step=time_step,
         has_padding=min(row_lengths, default=width) < width,
+        time_scale=time_scale,
     )
 
 
-def _time_steps(kind: np.ndarray, seconds: tuple[float, ...], settings: ModelSettings) -> np.ndarray | None:
-    """Qwen2.5-VL: ``[G]`` float32 T step per frame (``tokens_per_second * second_per_grid_t`` for videos, 1
-    otherwise), computed in torch as transformers does; None for the other families."""
+def _time_steps(
+    kind: np.ndarray, seconds: tuple[float, ...], settings: ModelSettings
+) -> tuple[np.ndarray | None, float | None]:
+    """Qwen2.5-VL: :func:`~ropeserve.positions._blocks.time_factors` of the blocks (float32 seconds);
+    ``(None, None)`` for the other families."""
     if not settings.family.temporal_rule.scales_by_seconds:
-        return None
+        return None, None
     assert settings.tokens_per_second is not None
-    seconds_tensor = torch.tensor(seconds, dtype=torch.float32)
-    video_steps = seconds_tensor * settings.tokens_per_second
-    is_video = torch.from_numpy(kind == VIDEO_TOKEN)
-    return torch.where(is_video, video_steps, torch.ones_like(seconds_tensor)).numpy()
+    return time_factors(kind, torch.tensor(seconds, dtype=torch.float32), settings.tokens_per_second, settings.compat)
 
 
 def _row_mask(row_lengths: list[int], padding_side: PaddingSide, device: torch.device | str | None) -> torch.Tensor:
