@@ -143,3 +143,34 @@ def test_vision_rope_reads_the_head_size_from_the_preset(client: TestClient) -> 
     cos, _ = vision_cos_sin(torch.tensor(body["hw_ids"]), 80)
     assert torch.equal(torch.tensor(body["cos"]), cos)
     assert post(client, "/v1/vision/rope", {"grid_thw": [[1, 4, 4]]}, status=422)["field"] == "head_dim"
+
+
+def test_qwen3_5_config_gives_mrope_positions_equal_to_its_get_rope_index(client: TestClient) -> None:
+    """The Qwen3.5 config that /v1/rope/cos-sin accepts was a 422 "unknown M-RoPE family 'qwen3_5'" here."""
+    import json
+    from pathlib import Path
+
+    config = json.loads((Path(__file__).parents[1] / "fixtures/configs/Qwen__Qwen3.5-0.8B.json").read_text())
+    rows = [[{"text": 3}, {"image": [1, 4, 6]}, {"text": 2}, {"video": [2, 4, 4], "frame_gaps": 3}, {"text": 1}]]
+    batch = render_tokens(rows, "qwen3_5", 2)
+    ids = batch.input_ids.clone()
+    ids[batch.mm_token_type_ids == 1] = config["image_token_id"]
+    ids[batch.mm_token_type_ids == 2] = config["video_token_id"]
+    expected_ids, expected_deltas = hf_get_rope_index("qwen3_5", input_ids=ids, **batch.kwargs())
+    token_form = {"input_ids": ids.tolist(), "video_grid_thw": [[2, 4, 4]], "image_grid_thw": [[1, 4, 6]]}
+    for form in ({"rows": rows}, token_form):
+        for model in ({"config": config}, {"family": "qwen3_5"}, {"family": "qwen3_5_moe"}):
+            body = post(client, "/v1/mrope/positions", {**model, **form})
+            assert torch.equal(torch.tensor(body["position_ids"]), expected_ids)
+            assert torch.equal(torch.tensor(body["mrope_position_deltas"]), expected_deltas)
+
+
+@pytest.mark.parametrize("compat", ["vllm", "sglang"])
+def test_engine_compat_over_http(client: TestClient, compat: str) -> None:
+    rows = [[{"text": 1}, {"video": [30, 2, 2], "second_per_grid_t": 0.7}]]
+    model = {"family": "qwen2_5_vl", "tokens_per_second": 25, "rows": rows}
+    engine = post(client, "/v1/mrope/positions", {**model, "compat": compat})
+    default = post(client, "/v1/mrope/positions", model)
+    assert engine["compat"] == compat
+    t_engine, t_default = engine["position_ids"][0][0][1:], default["position_ids"][0][0][1:]
+    assert [k for k, (a, b) in enumerate(zip(t_engine, t_default, strict=True)) if a != b] == [6, 12, 24, 26]

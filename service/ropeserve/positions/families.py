@@ -73,26 +73,46 @@ class MRopeFamily:
     video_token_id: int
     tokens_per_second: float | None = None
     """Only read when ``temporal_rule.scales_by_seconds``."""
+    video_temporal_merge_size: int = 1
+    """A video's merged ``t`` is ``t // video_temporal_merge_size`` (ERNIE-4.5-VL: 2); images always keep ``t``."""
 
 
 _QWEN_IMAGE_TOKEN_ID = 151655
 _QWEN_VIDEO_TOKEN_ID = 151656
+_QWEN3_5_IMAGE_TOKEN_ID = 248056
+_QWEN3_5_VIDEO_TOKEN_ID = 248057
+
 
 MROPE_FAMILIES: dict[str, MRopeFamily] = {
-    "qwen2_vl": MRopeFamily("qwen2_vl", FRAME_INDEX, 2, _QWEN_IMAGE_TOKEN_ID, _QWEN_VIDEO_TOKEN_ID),
-    # Released Qwen2.5-VL checkpoints set vision_config.tokens_per_second = 2 (the config class default is 4):
-    # pass the checkpoint's value when it differs.
-    "qwen2_5_vl": MRopeFamily("qwen2_5_vl", SECONDS, 2, _QWEN_IMAGE_TOKEN_ID, _QWEN_VIDEO_TOKEN_ID, 2.0),
-    "qwen3_vl": MRopeFamily("qwen3_vl", FRAME_BLOCKS, 2, _QWEN_IMAGE_TOKEN_ID, _QWEN_VIDEO_TOKEN_ID),
-    "glm4v": MRopeFamily("glm4v", FRAME_BLOCKS, 2, 151343, 151344),
+    family.name: family
+    for family in (
+        MRopeFamily("qwen2_vl", FRAME_INDEX, 2, _QWEN_IMAGE_TOKEN_ID, _QWEN_VIDEO_TOKEN_ID),
+        # Released Qwen2.5-VL checkpoints set vision_config.tokens_per_second = 2 (the config class default is
+        # 4): pass the checkpoint's value when it differs.
+        MRopeFamily("qwen2_5_vl", SECONDS, 2, _QWEN_IMAGE_TOKEN_ID, _QWEN_VIDEO_TOKEN_ID, tokens_per_second=2.0),
+        MRopeFamily("paddleocr_vl", FRAME_INDEX, 2, 100295, 100296),
+        MRopeFamily("ernie4_5_vl_moe", FRAME_INDEX, 2, 100295, 103367, video_temporal_merge_size=2),
+        MRopeFamily("qwen3_vl", FRAME_BLOCKS, 2, _QWEN_IMAGE_TOKEN_ID, _QWEN_VIDEO_TOKEN_ID),
+        MRopeFamily("qwen3_5", FRAME_BLOCKS, 2, _QWEN3_5_IMAGE_TOKEN_ID, _QWEN3_5_VIDEO_TOKEN_ID),
+        MRopeFamily("glm4v", FRAME_BLOCKS, 2, 151343, 151344),
+        MRopeFamily("glm4v_moe", FRAME_BLOCKS, 2, 151363, 151364),
+        MRopeFamily("glm_ocr", FRAME_BLOCKS, 2, 59280, 59281),
+        MRopeFamily("cohere_compass", FRAME_BLOCKS, 2, 255031, 255032),
+        MRopeFamily("cosmos3_edge", FRAME_BLOCKS, 2, 19, 18),
+    )
 }
-"""Family name -> defaults. transformers 5.24 uses the identical algorithm for the aliases below."""
+"""Family name -> defaults (token ids and merge size: the transformers 5.24 config class defaults). Each entry is
+one transformers module whose ``get_rope_index`` follows the entry's temporal rule; the aliases below share an
+entry's defaults too."""
 
 MROPE_FAMILY_ALIASES: dict[str, str] = {
     "qwen3_vl_moe": "qwen3_vl",
-    "glm4v_moe": "glm4v",
+    "cosmos3_omni": "qwen3_vl",
+    "qwen3_5_moe": "qwen3_5",
+    "qwen4_exp": "qwen3_5",
     "glm46v": "glm4v",
 }
+"""transformers module -> the entry with its defaults (identical ``get_rope_index``, token ids and merge size)."""
 
 
 def get_mrope_family(family: str | MRopeFamily) -> MRopeFamily:

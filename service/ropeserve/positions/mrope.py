@@ -297,22 +297,33 @@ def _seconds_per_grid(second_per_grid_ts: FloatsLike | None, num_videos: int) ->
 
 
 def _merge_grids(
-    grids: np.ndarray, grid_runs: np.ndarray, merge: int, error: _RunErrors, grid_name: _GridNames
+    grids: np.ndarray,
+    grid_runs: np.ndarray,
+    merge: int,
+    error: _RunErrors,
+    grid_name: _GridNames,
+    video_t_merge: int = 1,
 ) -> np.ndarray:
-    """``[n, 3]`` patch grids -> merged ``(t, h / merge, w / merge)``; raises for the first empty or ragged grid,
-    naming the run it was assigned to (``grid_runs[i]``)."""
+    """``[n, 3]`` patch grids (images, then videos) -> merged ``(t, h / merge, w / merge)`` (a video's ``t`` floor
+    divided by ``video_t_merge``); raises for the first empty or ragged grid, naming the run it was assigned to
+    (``grid_runs[i]``)."""
     if grids.size == 0:
         return grids
-    merged, remainder = np.divmod(grids, (1, merge, merge))
-    if int(grids.min()) >= 1 and not remainder.any():
+    divisors = np.tile(np.array([1, merge, merge], dtype=np.int64), (grids.shape[0], 1))
+    divisors[grid_name.num_images :, 0] = video_t_merge
+    merged, remainder = np.divmod(grids, divisors)
+    remainder[:, 0] = 0  # transformers floors t // temporal_merge_size
+    if int(grids.min()) >= 1 and int(merged[:, 0].min()) >= 1 and not remainder.any():
         return merged
-    index = int(np.flatnonzero((grids < 1).any(axis=1) | remainder.any(axis=1))[0])
+    bad = (grids < 1).any(axis=1) | (merged[:, 0] < 1) | remainder.any(axis=1)
+    index = int(np.flatnonzero(bad)[0])
     grid_text = grids[index].tolist()
-    problem = (
-        "has a zero or negative size"
-        if min(grid_text) < 1
-        else f"h and w must be multiples of spatial_merge_size {merge}"
-    )
+    if min(grid_text) < 1:
+        problem = "has a zero or negative size"
+    elif merged[index, 0] < 1:
+        problem = f"t must be at least the video temporal_merge_size {video_t_merge}"
+    else:
+        problem = f"h and w must be multiples of spatial_merge_size {merge}"
     raise error(int(grid_runs[index]), f"{grid_name(index)} = {grid_text}: {problem}")
 
 
@@ -401,6 +412,7 @@ def analyse_tokens(
         merge,
         error,
         _GridNames(image_grid.shape[0], video_of_grid),
+        family.video_temporal_merge_size,
     )
     thw = np.ones((runs.length.size, 3), dtype=np.int64)
     thw[:, 2] = runs.length

@@ -150,7 +150,13 @@ def _merged_grid(value: object, context: _SegmentContext, kind: str) -> tuple[in
             f"{context.field}: {kind} grid {[t, h, w]}: h and w must be multiples of spatial_merge_size {merge}",
             field=context.field,
         )
-    return t, h // merge, w // merge
+    t_merge = context.settings.family.video_temporal_merge_size if kind == "video" else 1
+    if t < t_merge:
+        raise InvalidInput(
+            f"{context.field}: {kind} grid {[t, h, w]}: t must be at least the video temporal_merge_size {t_merge}",
+            field=context.field,
+        )
+    return t // t_merge, h // merge, w // merge
 
 
 def _add_text(blocks: _BlockList, segment: Mapping[str, object], context: _SegmentContext) -> None:
@@ -355,6 +361,7 @@ def mrope_segments_from_tokens(
     rows: list[list[Segment]] = [[] for _ in range(analysis.mask.shape[0])]
     blocks = analysis.blocks
     merge = analysis.spatial_merge_size
+    t_merge = settings.family.video_temporal_merge_size  # a video's t comes back as t_merge * its LLM frames
     seconds = analysis.second_per_grid_t.tolist() if analysis.second_per_grid_t is not None else None
     for block, (row, kind, (t, h, w)) in enumerate(
         zip(blocks.row.tolist(), blocks.kind.tolist(), blocks.thw.tolist(), strict=True)
@@ -362,7 +369,7 @@ def mrope_segments_from_tokens(
         if kind == TEXT_TOKEN:
             rows[row].append(TextSegment(text=w))
         elif kind != PAD_BLOCK:
-            patch_grid = [t, h * merge, w * merge]
+            patch_grid = [t * t_merge if kind == VIDEO_TOKEN else t, h * merge, w * merge]
             rows[row].append(_vision_segment(kind, patch_grid, None if seconds is None else seconds[block]))
     return rows
 
