@@ -99,7 +99,9 @@ def positions(body: PositionsRequest, request: Request, runtime: RuntimeDep) -> 
 class MRopeModel(StrictModel):
     """Which M-RoPE family and vision settings: ``family`` and/or a ``preset``/``config`` to read them from."""
 
-    family: str | None = Field(None, description="qwen2_vl, qwen2_5_vl, qwen3_vl, glm4v (or an alias).")
+    family: str | None = Field(
+        None, description="A transformers module name: qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5, glm4v, ... (README)."
+    )
     preset: str | None = Field(None, description="A preset whose model_type and vision_config give the family.")
     config: dict[str, Any] | None = Field(None, description="A config.json giving model_type and vision_config.")
     spatial_merge_size: int | None = Field(None, ge=1, le=64, description="Default: the config's, else the family's.")
@@ -141,8 +143,8 @@ class MRopePositionsRequest(MRopeModel):
     attention_mask: IntMatrix | None = Field(None, description="[B, L] 0/1 (token form).")
     compat: Compat = Field(
         DEFAULT_COMPAT.value,  # type: ignore[arg-type]
-        description="Where text after a video continues: transformers5 (start + max(h, w)/merge; the pinned "
-        "oracle, default) or transformers4 (max position + 1: transformers 4.x, original Qwen code, vLLM).",
+        description="Which implementation to reproduce: transformers5 (the pinned oracle, default), transformers4, "
+        "vllm or sglang (README: where transformers versions or engines disagree).",
     )
     padding_side: Literal["left", "right"] = Field("right", description="Segment form: where shorter rows pad.")
     fill_value: int = Field(0, ge=INT64_MIN, le=INT64_MAX, description="Value of padded slots (transformers 5 uses 0).")
@@ -193,8 +195,8 @@ def _mrope_prefill(body: MRopePositionsRequest, limit: int) -> Any:
 @router.post(
     "/v1/mrope/positions",
     summary="M-RoPE prefill position ids (3, B, T) and deltas (B, 1)",
-    description="Qwen2-VL, Qwen2.5-VL, Qwen3-VL and GLM-4V rules, equal to transformers 5.24 get_rope_index "
-    "(compat=transformers5) or to the 4.x / vLLM rule for text after a video (compat=transformers4). "
+    description="Every M-RoPE module of transformers 5.24 that ropeserve reproduces (README's family table), equal "
+    "to its get_rope_index (compat=transformers5) or to transformers 4.x, vLLM or SGLang (compat). "
     "Inconsistent input (token counts vs grids, merge size, unused grids) is a 422 naming row and segment.",
     responses={**TENSOR_RESPONSES, **ERRORS},
     response_class=Response,
