@@ -5,9 +5,13 @@ median (and best) time per call and their ratio (transformers / ropeserve). Outp
 
     .venv/bin/python benchmarks/bench_positions.py [--repeats N] [--threads T]
 
-Workloads (issue #3):
+Workloads (issue #3; issue #17 adds the same prompts under other transformers modules' rules):
   * video+images: 8 rows x ~2.8k tokens, each row 4 images of 28x28 patches and one 8x16x16 video, left padding.
   * many-images:  8 rows x 64 images of 8x8 patches with text between them.
+  * qwen3_5 video+images: the first workload under Qwen3.5's rule (each video frame its own block between
+    6 timestamp tokens), against Qwen3_5Model.get_rope_index.
+  * ernie video+images: the first workload under ERNIE-4.5-VL's rule (temporal merge 2), against
+    Ernie4_5_VLMoeModel.get_rope_index.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers.models.ernie4_5_vl_moe.modeling_ernie4_5_vl_moe import Ernie4_5_VLMoeModel
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5Model
 
 from ropeserve.positions import mrope_positions_from_segments, mrope_positions_from_tokens
 
@@ -29,9 +35,16 @@ MERGE = 2
 IMAGE_ID, VIDEO_ID, TEXT_ID = 151655, 151656, 100
 
 
+FRAME_GAP = 6
+"""Qwen3.5 workload: timestamp text tokens between consecutive video frames."""
+MODULES: dict[str, Any] = {"qwen2_vl": Qwen2VLModel, "qwen3_5": Qwen3_5Model, "ernie4_5_vl_moe": Ernie4_5_VLMoeModel}
+VIDEO_T_MERGE = {"ernie4_5_vl_moe": 2}
+
+
 @dataclass
 class Workload:
     name: str
+    module: str
     rows: list[list[dict[str, Any]]]
     input_ids: torch.Tensor
     mm_token_type_ids: torch.Tensor
@@ -40,17 +53,22 @@ class Workload:
     video_grid_thw: torch.Tensor | None
 
 
-def _tokens(segment: dict[str, Any]) -> list[int]:
+def _tokens(segment: dict[str, Any], module: str) -> list[int]:
     if "text" in segment:
         return [0] * segment["text"]
     kind, value = ("image", 1) if "image" in segment else ("video", 2)
     t, h, w = segment[kind]
-    return [value] * (t * (h // MERGE) * (w // MERGE))
+    frame = [value] * ((h // MERGE) * (w // MERGE))
+    if "frame_gaps" in segment:
+        return [*frame, *([0] * FRAME_GAP + frame) * (t - 1)]
+    return frame * (t // VIDEO_T_MERGE.get(module, 1) if kind == "video" else t)
 
 
-def build_workload(name: str, rows: list[list[dict[str, Any]]]) -> Workload:
+def build_workload(name: str, rows: list[list[dict[str, Any]]], module: str = "qwen2_vl") -> Workload:
     """Render segment rows as a left-padded token batch with global grids (what a serving stack holds)."""
-    type_rows = [[v for segment in row for v in _tokens(segment)] for row in rows]
+    if module == "qwen3_5":
+        rows = [[{**s, "frame_gaps": FRAME_GAP} if "video" in s else s for s in row] for row in rows]
+    type_rows = [[v for segment in row for v in _tokens(segment, module)] for row in rows]
     width = max(len(r) for r in type_rows)
     types_ = torch.zeros((len(rows), width), dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -64,6 +82,7 @@ def build_workload(name: str, rows: list[list[dict[str, Any]]]) -> Workload:
     videos = [s["video"] for row in rows for s in row if "video" in s]
     return Workload(
         name=name,
+        module=module,
         rows=rows,
         input_ids=ids,
         mm_token_type_ids=types_,
@@ -73,7 +92,7 @@ def build_workload(name: str, rows: list[list[dict[str, Any]]]) -> Workload:
     )
 
 
-def video_and_images() -> Workload:
+def video_and_images(module: str = "qwen2_vl") -> Workload:
     rows = []
     for b in range(8):
         text = 250 - 4 * b  # rows differ in length -> left padding
@@ -82,7 +101,8 @@ def video_and_images() -> Workload:
             row += [{"text": text}, {"image": [1, 28, 28]}]
         row += [{"text": text}, {"video": [8, 16, 16]}, {"text": 254}]
         rows.append(row)
-    return build_workload("video+images (8 x ~2.8k)", rows)
+    prefix = "" if module == "qwen2_vl" else f"{module} "
+    return build_workload(f"{prefix}video+images (8 x ~2.8k)", rows, module)
 
 
 def many_images() -> Workload:
@@ -97,11 +117,12 @@ def many_images() -> Workload:
 
 
 def transformers_get_rope_index(w: Workload) -> tuple[torch.Tensor, torch.Tensor]:
-    """Qwen2VLModel.get_rope_index called unbound on a stand-in ``self``."""
-    vision_config = types.SimpleNamespace(spatial_merge_size=MERGE)
+    """``<Module>Model.get_rope_index`` called unbound on a stand-in ``self``."""
+    model = MODULES[w.module]
+    vision_config = types.SimpleNamespace(spatial_merge_size=MERGE, temporal_merge_size=VIDEO_T_MERGE.get(w.module, 1))
     stand_in = types.SimpleNamespace(config=types.SimpleNamespace(vision_config=vision_config))
-    stand_in.get_vision_position_ids = types.MethodType(Qwen2VLModel.get_vision_position_ids, stand_in)
-    return Qwen2VLModel.get_rope_index(
+    stand_in.get_vision_position_ids = types.MethodType(model.get_vision_position_ids, stand_in)
+    return model.get_rope_index(
         stand_in,
         w.input_ids,
         w.mm_token_type_ids,
@@ -113,7 +134,7 @@ def transformers_get_rope_index(w: Workload) -> tuple[torch.Tensor, torch.Tensor
 
 def ropeserve_tokens(w: Workload) -> tuple[torch.Tensor, torch.Tensor]:
     result = mrope_positions_from_tokens(
-        family="qwen2_vl",
+        family=w.module,
         mm_token_type_ids=w.mm_token_type_ids,
         image_grid_thw=w.image_grid_thw,
         video_grid_thw=w.video_grid_thw,
@@ -124,7 +145,7 @@ def ropeserve_tokens(w: Workload) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def ropeserve_segments(w: Workload) -> tuple[torch.Tensor, torch.Tensor]:
-    result = mrope_positions_from_segments(w.rows, family="qwen2_vl", padding_side="left", compat="transformers5")
+    result = mrope_positions_from_segments(w.rows, family=w.module, padding_side="left", compat="transformers5")
     return result.position_ids, result.mrope_position_deltas
 
 
@@ -157,11 +178,16 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     print(f"torch {torch.__version__}, threads={torch.get_num_threads()}, median (best) of {args.repeats} rounds")
-    header = f"{'workload':<26}{'tokens':>7}{'transformers ms':>22}{'ropeserve ms':>19}{'ratio':>14}{'segments ms':>13}"
+    header = f"{'workload':<42}{'tokens':>7}{'transformers ms':>22}{'ropeserve ms':>19}{'ratio':>14}{'segments ms':>13}"
     print(header)
     print("-" * len(header))
     ratios = []
-    for workload in (video_and_images(), many_images()):
+    for workload in (
+        video_and_images(),
+        many_images(),
+        video_and_images("qwen3_5"),
+        video_and_images("ernie4_5_vl_moe"),
+    ):
         expected = transformers_get_rope_index(workload)
         for implementation in (ropeserve_tokens, ropeserve_segments):
             got = implementation(workload)
@@ -180,10 +206,10 @@ def main() -> None:
         ratios.append(hf / ours)
         tokens = int(workload.attention_mask.sum())
         print(
-            f"{workload.name:<26}{tokens:>7}{hf * 1e3:>13.2f} ({hf_best * 1e3:5.2f}){ours * 1e3:>11.3f} "
+            f"{workload.name:<42}{tokens:>7}{hf * 1e3:>13.2f} ({hf_best * 1e3:5.2f}){ours * 1e3:>11.3f} "
             f"({ours_best * 1e3:5.3f}){hf / ours:>6.1f}x ({hf_best / ours_best:4.1f}x){segments * 1e3:>11.3f}"
         )
-    print("outputs identical: yes; ratio = transformers / ropeserve (token form); goal >= 10x on both:", end=" ")
+    print("outputs identical: yes; ratio = transformers / ropeserve (token form); goal >= 10x on all:", end=" ")
     print("met" if min(ratios) >= 10 else "NOT met")
 
 
