@@ -30,6 +30,7 @@ MODULE_MODEL_CLASSES = {
     "cosmos3_omni": "Cosmos3OmniModel",
     "paddleocr_vl": "PaddleOCRVLModel",
     "ernie4_5_vl_moe": "Ernie4_5_VLMoeModel",
+    "hy_v4_vl": "HYV4VLModel",
 }
 """transformers 5.24 module -> the class whose ``get_rope_index`` is the oracle."""
 SPLIT_FAMILIES = {
@@ -49,6 +50,8 @@ SPLIT_FAMILIES = {
 """Modules that split a video into one block per frame (their get_rope_index repeats the grid t times)."""
 VIDEO_T_MERGE = {"ernie4_5_vl_moe": 2}
 """Modules whose videos merge frames in time (``t // temporal_merge_size`` LLM frames)."""
+ROW_END_TOKENS = {"hy_v4_vl": 1}
+"""Modules whose vision rows end with extra tokens (HY-V4-VL: a newline per row, ``w + 1`` columns)."""
 
 
 def hf_model_class(module: str) -> Any:
@@ -118,12 +121,13 @@ class TokenBatch:
 
 def _row_types(segments: list[dict[str, Any]], family: str, merge: int) -> list[int]:
     out: list[int] = []
+    row_end = ROW_END_TOKENS.get(family, 0)
     for segment in segments:
         if "text" in segment:
             out += [0] * segment["text"]
         elif "image" in segment:
             t, h, w = segment["image"]
-            out += [1] * (t * (h // merge) * (w // merge))
+            out += [1] * (t * (h // merge) * (w // merge + row_end))
         else:
             t, h, w = segment["video"]
             if family in SPLIT_FAMILIES:
@@ -134,7 +138,7 @@ def _row_types(segments: list[dict[str, Any]], family: str, merge: int) -> list[
                         out += [0] * gaps[frame - 1]
                     out += [2] * ((h // merge) * (w // merge))
             else:
-                out += [2] * ((t // VIDEO_T_MERGE.get(family, 1)) * (h // merge) * (w // merge))
+                out += [2] * ((t // VIDEO_T_MERGE.get(family, 1)) * (h // merge) * (w // merge + row_end))
     return out
 
 

@@ -54,6 +54,8 @@ class Blocks:
     has_padding: bool
     time_scale: float | None = None
     """Second float multiply of the frame time (vLLM / SGLang: tokens_per_second); None: none."""
+    frame_stride: np.ndarray | None = None
+    """[G] int64 offset of each frame on all three axes (HY-V4-VL vision: ``max(h, w)``, 0 elsewhere); None: none."""
 
 
 def time_factors(
@@ -78,6 +80,13 @@ def time_factors(
     return torch.where(is_video, seconds * tokens_per_second, other).numpy(), None
 
 
+def frame_strides(kind: np.ndarray, thw: np.ndarray) -> np.ndarray:
+    """HY-V4-VL: ``[G]`` per-frame offset on all axes, ``max(h, w)`` of vision blocks (w with the row-end token),
+    0 for text and padding."""
+    is_vision = (kind == IMAGE_TOKEN) | (kind == VIDEO_TOKEN)
+    return np.where(is_vision, thw[:, 1:].max(axis=1), 0)
+
+
 def _temporal_offsets(frames: np.ndarray, time_step: np.ndarray | None, time_scale: float | None = None) -> np.ndarray:
     """``floor((frame * step) * scale)`` exactly as the reproduced code: torch float multiplies in the step's dtype
     (the scale a Python float), then ``.long()``."""
@@ -92,6 +101,9 @@ def _temporal_offsets(frames: np.ndarray, time_step: np.ndarray | None, time_sca
 
 def _extents(blocks: Blocks) -> np.ndarray:
     """``[G]`` largest position of each block relative to its start (text: length - 1)."""
+    if blocks.frame_stride is not None:
+        strided = (blocks.thw[:, 0] - 1) * blocks.frame_stride + blocks.thw[:, 1:].max(axis=1) - 1
+        return np.maximum(blocks.thw.max(axis=1) - 1, strided)
     if blocks.time_step is None:
         return blocks.thw.max(axis=1) - 1
     last_frame = _temporal_offsets(blocks.thw[:, 0] - 1, blocks.time_step, blocks.time_scale)
@@ -131,6 +143,10 @@ def _line_values(blocks: Blocks, starts: np.ndarray) -> tuple[np.ndarray, np.nda
     frame, row_in_frame = np.divmod(np.arange(line_ends[-1]) - first_line, rows_per_frame)
     step = None if blocks.time_step is None else np.repeat(blocks.time_step, lines_per_block)
     values = np.stack([start + _temporal_offsets(frame, step, blocks.time_scale), start + row_in_frame, start])
+    if blocks.frame_stride is not None:
+        offset = frame * np.repeat(blocks.frame_stride, lines_per_block)  # text/padding lines: frame 0
+        values[0] = start + offset
+        values[1:] += offset
     return values, per_line[4:], length
 
 
@@ -174,19 +190,21 @@ def plan_positions(
     blocks: Blocks,
     row_lengths: np.ndarray,
     width: int,
-    compat: MRopeCompat,
+    continue_after_max: bool,
     fill_value: int,
 ) -> PositionPlan:
     """Lay the blocks out: starts, deltas and the lines to expand into ``[3, B, width]`` positions.
 
     ``row_lengths`` ``[B]`` counts each row's real (non-padding) tokens; a row without any has delta 0.
+    ``continue_after_max``: the block after a vision block starts at its largest position + 1 (else at
+    ``start + max(h, w)``).
     """
     num_rows = row_lengths.size
     if num_rows * width == 0:
         none = np.zeros((3, 0), dtype=np.int64)
         return PositionPlan(num_rows, width, np.zeros((num_rows, 1), dtype=np.int64), none, none, none[0])
     extents = _extents(blocks)
-    advance = ADVANCE_RULES[COMPAT_RULES[compat].next_start_after_max](blocks, extents)
+    advance = ADVANCE_RULES[continue_after_max](blocks, extents)
     is_padding = blocks.kind == PAD_BLOCK if blocks.has_padding else None
     if is_padding is not None:
         advance = np.where(is_padding, 0, advance)

@@ -17,6 +17,7 @@ __all__ = [
     "DEFAULT_COMPAT",
     "FRAME_BLOCKS",
     "FRAME_INDEX",
+    "FRAME_STRIDE",
     "MROPE_FAMILIES",
     "MROPE_FAMILY_ALIASES",
     "SECONDS",
@@ -40,6 +41,13 @@ class TemporalRule:
     splits_video_frames: bool
     """Each video frame is its own ``(1, h, w)`` block, separated from the next frame by timestamp text."""
     description: str
+    row_end_tokens: int = 0
+    """Extra tokens closing each row of a vision block (HY-V4-VL: a newline token, ``w + 1`` columns)."""
+    frame_stride_all_axes: bool = False
+    """Frame ``k`` of a vision block is offset by ``k * max(h, w + row_end_tokens)`` on all three axes (each frame
+    a new square block, HY-V4-VL) instead of on T alone by ``k``."""
+    always_after_max: bool = False
+    """The block after a vision block starts at its largest position + 1 under every compat choice."""
 
 
 FRAME_INDEX = TemporalRule(
@@ -53,6 +61,16 @@ SECONDS = TemporalRule(
     scales_by_seconds=True,
     splits_video_frames=False,
     description="one block per video; T = start + floor(k * tokens_per_second * second_per_grid_t) (Qwen2.5-VL)",
+)
+FRAME_STRIDE = TemporalRule(
+    name="frame_stride",
+    scales_by_seconds=False,
+    splits_video_frames=False,
+    description="one block per video, rows end with a newline token; frame k offset by k * max(h, w + 1) on all "
+    "axes; next block at max + 1 (HY-V4-VL)",
+    row_end_tokens=1,
+    frame_stride_all_axes=True,
+    always_after_max=True,
 )
 FRAME_BLOCKS = TemporalRule(
     name="frame_blocks",
@@ -99,6 +117,7 @@ MROPE_FAMILIES: dict[str, MRopeFamily] = {
         MRopeFamily("glm_ocr", FRAME_BLOCKS, 2, 59280, 59281),
         MRopeFamily("cohere_compass", FRAME_BLOCKS, 2, 255031, 255032),
         MRopeFamily("cosmos3_edge", FRAME_BLOCKS, 2, 19, 18),
+        MRopeFamily("hy_v4_vl", FRAME_STRIDE, 2, 120120, 120124),
     )
 }
 """Family name -> defaults (token ids and merge size: the transformers 5.24 config class defaults). Each entry is

@@ -21,6 +21,7 @@ from ropeserve.positions._blocks import (
     TEXT_TOKEN,
     VIDEO_TOKEN,
     Blocks,
+    frame_strides,
     plan_positions,
     time_factors,
 )
@@ -37,6 +38,7 @@ from ropeserve.positions._common import (
     tensor_on,
 )
 from ropeserve.positions.families import (
+    COMPAT_RULES,
     DEFAULT_COMPAT,
     MRopeCompat,
     MRopeFamily,
@@ -77,6 +79,11 @@ class ModelSettings:
     spatial_merge_size: int
     tokens_per_second: float | None
     compat: MRopeCompat
+
+    @property
+    def continue_after_max(self) -> bool:
+        """Whether the block after a vision block starts at its largest position + 1 (compat or family rule)."""
+        return COMPAT_RULES[self.compat].next_start_after_max or self.family.temporal_rule.always_after_max
 
 
 def resolve_settings(
@@ -343,8 +350,9 @@ class _GridNames:
         return f"video_grid_thw[{int(self.video_of_grid[video])}] (frame {video})"
 
 
-def _check_token_counts(thw: np.ndarray, runs: _Runs, merge: int, error: _RunErrors) -> None:
-    """Every run must hold ``t * h * w`` tokens of its merged grid (true by construction for text and padding)."""
+def _check_token_counts(thw: np.ndarray, runs: _Runs, merge: int, row_end: int, error: _RunErrors) -> None:
+    """Every run must hold ``t * h * w`` tokens of its merged grid (``w`` counting ``row_end`` tokens per row; true by
+    construction for text and padding)."""
     needed = thw.prod(axis=1, dtype=np.float64)  # no overflow, and exact whenever it could equal a token count
     mismatch = needed != runs.length
     if mismatch.any():
@@ -352,8 +360,8 @@ def _check_token_counts(thw: np.ndarray, runs: _Runs, merge: int, error: _RunErr
         t, h, w = thw[run].tolist()
         raise error(
             run,
-            f"{int(runs.length[run])} tokens but grid {[t, h * merge, w * merge]} with spatial_merge_size {merge} "
-            f"needs {t * h * w}",
+            f"{int(runs.length[run])} tokens but grid {[t, h * merge, (w - row_end) * merge]} with "
+            f"spatial_merge_size {merge} needs {t * h * w}",
         )
 
 
@@ -414,10 +422,11 @@ def analyse_tokens(
         _GridNames(image_grid.shape[0], video_of_grid),
         family.video_temporal_merge_size,
     )
+    merged[:, 2] += rule.row_end_tokens
     thw = np.ones((runs.length.size, 3), dtype=np.int64)
     thw[:, 2] = runs.length
     thw[vision_runs] = merged
-    _check_token_counts(thw, runs, merge, error)
+    _check_token_counts(thw, runs, merge, rule.row_end_tokens, error)
 
     time_step, time_scale, run_seconds = None, None, None
     if rule.scales_by_seconds:
@@ -426,7 +435,8 @@ def analyse_tokens(
         seconds_of_run = _run_seconds(runs.length.size, video_runs, video_of_grid, seconds)
         time_step, time_scale = time_factors(runs.kind, seconds_of_run, settings.tokens_per_second, settings.compat)
         run_seconds = None if seconds is None else seconds_of_run.numpy()
-    blocks = Blocks(runs.row, runs.kind, thw, time_step, has_padding, time_scale)
+    strides = frame_strides(runs.kind, thw) if rule.frame_stride_all_axes else None
+    blocks = Blocks(runs.row, runs.kind, thw, time_step, has_padding, time_scale, strides)
     return TokenBlocks(blocks, mask, row_lengths, device, merge, run_seconds)
 
 
@@ -501,7 +511,9 @@ def mrope_positions_from_tokens(
         image_token_id=image_token_id,
         video_token_id=video_token_id,
     )
-    plan = plan_positions(analysis.blocks, analysis.row_lengths, analysis.mask.shape[1], settings.compat, fill_value)
+    plan = plan_positions(
+        analysis.blocks, analysis.row_lengths, analysis.mask.shape[1], settings.continue_after_max, fill_value
+    )
     position_ids, deltas = plan.expand(analysis.device)
     return MRopePositions(position_ids, deltas, tensor_on(analysis.mask, analysis.device))
 

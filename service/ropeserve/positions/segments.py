@@ -24,6 +24,7 @@ from ropeserve.positions._blocks import (
     TEXT_TOKEN,
     VIDEO_TOKEN,
     Blocks,
+    frame_strides,
     plan_positions,
     time_factors,
 )
@@ -156,7 +157,7 @@ def _merged_grid(value: object, context: _SegmentContext, kind: str) -> tuple[in
             f"{context.field}: {kind} grid {[t, h, w]}: t must be at least the video temporal_merge_size {t_merge}",
             field=context.field,
         )
-    return t // t_merge, h // merge, w // merge
+    return t // t_merge, h // merge, w // merge + context.settings.family.temporal_rule.row_end_tokens
 
 
 def _add_text(blocks: _BlockList, segment: Mapping[str, object], context: _SegmentContext) -> None:
@@ -259,13 +260,15 @@ def _padded_blocks(
     kind, t, h, w, seconds = zip(*entries, strict=True) if entries else ((), (), (), (), ())
     kind_array = np.array(kind, dtype=np.int64)
     time_step, time_scale = _time_steps(kind_array, seconds, settings)
+    thw = np.array((t, h, w), dtype=np.int64).T.reshape(-1, 3)
     return Blocks(
         row=np.array(row_ids, dtype=np.int64),
         kind=kind_array,
-        thw=np.array((t, h, w), dtype=np.int64).T,
+        thw=thw,
         time_step=time_step,
         has_padding=min(row_lengths, default=width) < width,
         time_scale=time_scale,
+        frame_stride=frame_strides(kind_array, thw) if settings.family.temporal_rule.frame_stride_all_axes else None,
     )
 
 
@@ -325,7 +328,7 @@ def mrope_positions_from_segments(
     width = max(row_lengths, default=0)
     check_element_limit(len(rows) * width, max_tokens, "M-RoPE position slots", "rows")
     blocks = _padded_blocks(collected, row_lengths, width, padding_side, settings)
-    plan = plan_positions(blocks, np.array(row_lengths, dtype=np.int64), width, settings.compat, fill_value)
+    plan = plan_positions(blocks, np.array(row_lengths, dtype=np.int64), width, settings.continue_after_max, fill_value)
     position_ids, deltas = plan.expand(device)
     return MRopePositions(position_ids, deltas, _row_mask(row_lengths, padding_side, device))
 
@@ -362,6 +365,7 @@ def mrope_segments_from_tokens(
     blocks = analysis.blocks
     merge = analysis.spatial_merge_size
     t_merge = settings.family.video_temporal_merge_size  # a video's t comes back as t_merge * its LLM frames
+    row_end = settings.family.temporal_rule.row_end_tokens
     seconds = analysis.second_per_grid_t.tolist() if analysis.second_per_grid_t is not None else None
     for block, (row, kind, (t, h, w)) in enumerate(
         zip(blocks.row.tolist(), blocks.kind.tolist(), blocks.thw.tolist(), strict=True)
@@ -369,7 +373,7 @@ def mrope_segments_from_tokens(
         if kind == TEXT_TOKEN:
             rows[row].append(TextSegment(text=w))
         elif kind != PAD_BLOCK:
-            patch_grid = [t * t_merge if kind == VIDEO_TOKEN else t, h * merge, w * merge]
+            patch_grid = [t * t_merge if kind == VIDEO_TOKEN else t, h * merge, (w - row_end) * merge]
             rows[row].append(_vision_segment(kind, patch_grid, None if seconds is None else seconds[block]))
     return rows
 
