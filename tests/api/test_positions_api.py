@@ -159,7 +159,7 @@ def test_qwen3_5_config_gives_mrope_positions_equal_to_its_get_rope_index(client
     expected_ids, expected_deltas = hf_get_rope_index("qwen3_5", input_ids=ids, **batch.kwargs())
     token_form = {"input_ids": ids.tolist(), "video_grid_thw": [[2, 4, 4]], "image_grid_thw": [[1, 4, 6]]}
     for form in ({"rows": rows}, token_form):
-        for model in ({"config": config}, {"family": "qwen3_5"}, {"family": "qwen3_5_moe"}):
+        for model in ({"config": config}, {"preset": "qwen3.5-0.8b"}, {"family": "qwen3_5"}, {"family": "qwen3_5_moe"}):
             body = post(client, "/v1/mrope/positions", {**model, **form})
             assert torch.equal(torch.tensor(body["position_ids"]), expected_ids)
             assert torch.equal(torch.tensor(body["mrope_position_deltas"]), expected_deltas)
