@@ -174,3 +174,38 @@ def test_engine_compat_over_http(client: TestClient, compat: str) -> None:
     assert engine["compat"] == compat
     t_engine, t_default = engine["position_ids"][0][0][1:], default["position_ids"][0][0][1:]
     assert [k for k, (a, b) in enumerate(zip(t_engine, t_default, strict=True)) if a != b] == [6, 12, 24, 26]
+
+
+def test_qwen2_5_omni_over_http_equals_its_get_rope_index(client: TestClient) -> None:
+    from omni_oracle import as_segments, hf_omni_get_rope_index, render_omni
+
+    rows = [
+        [{"text": 3}, {"video": [4, 4, 4], "second_per_grid_t": 1.0, "audio_seqlen": 400}, {"text": 2}],
+        [{"text": 2}, {"audio_seqlen": 90}, {"text": 2}, {"image": [1, 4, 2]}, {"text": 3}],
+    ]
+    batch = render_omni(rows, 2, use_audio_in_video=True, pads=[0, 0], left=True)
+    expected_ids, expected_deltas = hf_omni_get_rope_index(batch, merge=2, pps=25, seconds_per_chunk=2)
+    token_form = {
+        "family": "qwen2_5_omni",
+        "input_ids": batch.input_ids.tolist(),
+        "attention_mask": batch.attention_mask.tolist(),
+        "image_grid_thw": batch.image_grid_thw.tolist(),
+        "video_grid_thw": batch.video_grid_thw.tolist(),
+        "second_per_grid_ts": batch.second_per_grid_ts.tolist(),
+        "audio_seqlens": batch.audio_seqlens.tolist(),
+        "use_audio_in_video": True,
+    }
+    body = post(client, "/v1/mrope/positions", token_form)
+    assert torch.equal(torch.tensor(body["position_ids"]), expected_ids)
+    assert torch.equal(torch.tensor(body["mrope_position_deltas"]), expected_deltas)
+    segments = {"family": "qwen2_5_omni", "rows": as_segments(rows, 2), "padding_side": "left"}
+    body = post(client, "/v1/mrope/positions", segments)
+    assert torch.equal(torch.tensor(body["position_ids"]), expected_ids)
+    for hostile in (10**400, 2**63, -5):
+        response = client.post("/v1/mrope/positions", json={**token_form, "audio_seqlens": [hostile, 90]})
+        assert response.status_code == 422, response.text
+    for hostile in (1e308, 10**400, -1):
+        response = client.post("/v1/mrope/positions", json={**segments, "position_id_per_seconds": hostile})
+        assert response.status_code == 422, response.text
+    mm_types = {"family": "qwen2_5_omni", "mm_token_type_ids": [[0, 0]]}
+    assert client.post("/v1/mrope/positions", json=mm_types).status_code == 422

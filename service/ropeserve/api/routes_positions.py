@@ -27,6 +27,7 @@ from ropeserve.positions import (
     slice_prefill_positions,
     vision_position_ids,
 )
+from ropeserve.positions.omni import OMNI_FAMILIES, omni_positions_from_segments, omni_positions_from_tokens
 from ropeserve.rope import mrope_cos_sin, vision_cos_sin
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -141,6 +142,10 @@ class MRopePositionsRequest(MRopeModel):
     video_grid_thw: IntMatrix | None = Field(None, description="[N_vid, 3] (t, h, w) in patches, batch order.")
     second_per_grid_ts: list[float] | None = Field(None, description="Qwen2.5-VL: seconds per temporal patch.")
     attention_mask: IntMatrix | None = Field(None, description="[B, L] 0/1 (token form).")
+    audio_seqlens: list[int] | None = Field(None, description="Qwen2.5-Omni token form: audio feature frames each.")
+    use_audio_in_video: bool = Field(False, description="Qwen2.5-Omni token form: videos carry their audio.")
+    position_id_per_seconds: float | None = Field(None, description="Qwen2.5-Omni time scale (default 25).")
+    seconds_per_chunk: float | None = Field(None, description="Qwen2.5-Omni audio/video chunk (default 2 s).")
     compat: Compat = Field(
         DEFAULT_COMPAT.value,  # type: ignore[arg-type]
         description="Which implementation to reproduce: transformers5 (the pinned oracle, default), transformers4, "
@@ -161,8 +166,38 @@ class MRopePositionsRequest(MRopeModel):
         return sum(len(row) for row in matrix)
 
 
+def _omni_prefill(body: MRopePositionsRequest, family: str, merge: int | None, limit: int) -> Any:
+    """Qwen2.5-Omni: segment rows or ``input_ids`` + grids + ``audio_seqlens`` (no ``mm_token_type_ids``)."""
+    options = {
+        "family": family,
+        "spatial_merge_size": merge,
+        "position_id_per_seconds": body.position_id_per_seconds,
+        "seconds_per_chunk": body.seconds_per_chunk,
+        "fill_value": body.fill_value if "fill_value" in body.model_fields_set else None,
+    }
+    if body.rows is not None:
+        return omni_positions_from_segments(body.rows, padding_side=body.padding_side, max_tokens=limit, **options)
+    if body.input_ids is None:
+        raise InvalidInput("Omni models take input_ids (their token ids say which tokens are audio)", field="input_ids")
+    check_limit(body.tokens(), limit, "tokens", "input_ids")
+    return omni_positions_from_tokens(
+        input_ids=body.input_ids,
+        image_grid_thw=body.image_grid_thw,
+        video_grid_thw=body.video_grid_thw,
+        second_per_grid_ts=body.second_per_grid_ts,
+        audio_seqlens=body.audio_seqlens,
+        attention_mask=body.attention_mask,
+        use_audio_in_video=body.use_audio_in_video,
+        image_token_id=body.image_token_id,
+        video_token_id=body.video_token_id,
+        **options,
+    )
+
+
 def _mrope_prefill(body: MRopePositionsRequest, limit: int) -> Any:
     family, merge, tokens_per_second = body.resolve()
+    if family in OMNI_FAMILIES:
+        return _omni_prefill(body, family, merge, limit)
     if body.rows is not None:
         return mrope_positions_from_segments(
             body.rows,
