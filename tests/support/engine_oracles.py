@@ -154,3 +154,47 @@ def vllm_dynamic_ntk_cos_sin_cache(
     t = torch.arange(max_len, dtype=torch.float)
     freqs = torch.einsum("i,j -> ij", t, inv_freq)
     return torch.cat((freqs.cos(), freqs.sin()), dim=-1)
+
+
+def vllm_rotary_cos_sin_cache(rotary_dim: int, max_position: int, base: float) -> torch.Tensor:
+    """vLLM ``RotaryEmbedding._compute_cos_sin_cache`` (base.py at vllm@04458da08417): ``[max_position, rotary_dim]``
+    float32, cos half then sin half (the module casts it to the model dtype)."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float) / rotary_dim))
+    t = torch.arange(max_position, dtype=torch.float)
+    freqs = torch.einsum("i,j -> ij", t, inv_freq)
+    return torch.cat((freqs.cos(), freqs.sin()), dim=-1)
+
+
+def _vllm_apply_rotary_emb_torch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool) -> torch.Tensor:
+    cos, sin = cos.unsqueeze(-2).to(x.dtype), sin.unsqueeze(-2).to(x.dtype)
+    if neox:
+        x1, x2 = torch.chunk(x, 2, dim=-1)
+    else:
+        x1, x2 = x[..., ::2], x[..., 1::2]
+    o1 = x1 * cos - x2 * sin
+    o2 = x2 * cos + x1 * sin
+    return torch.cat((o1, o2), dim=-1) if neox else torch.stack((o1, o2), dim=-1).flatten(-2)
+
+
+def vllm_rotary_forward_native(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    *,
+    head_size: int,
+    rotary_dim: int,
+    neox: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM ``RotaryEmbedding.forward_native`` (base.py at vllm@04458da08417) with ``apply_rotary_emb_torch``:
+    ``query``/``key`` ``[tokens, heads * head_size]``, ``positions`` ``[tokens]``."""
+    positions = positions.flatten()
+    tokens = positions.shape[0]
+    cos, sin = cos_sin_cache.index_select(0, positions).chunk(2, dim=-1)
+    out = []
+    for x in (query, key):
+        shape = x.shape
+        x = x.view(tokens, -1, head_size)
+        rotated = _vllm_apply_rotary_emb_torch(x[..., :rotary_dim], cos, sin, neox)
+        out.append(torch.cat((rotated, x[..., rotary_dim:]), dim=-1).reshape(shape))
+    return out[0], out[1]

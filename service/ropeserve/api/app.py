@@ -15,7 +15,15 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from ropeserve import __version__
-from ropeserve.api import routes_encodings, routes_health, routes_lint, routes_positions, routes_rope, routes_rotation
+from ropeserve.api import (
+    routes_encodings,
+    routes_health,
+    routes_lint,
+    routes_positions,
+    routes_rope,
+    routes_rotation,
+    routes_tables,
+)
 from ropeserve.api.docs import install_docs, operation_id
 from ropeserve.api.middleware import ServiceMiddleware, configure_access_log
 from ropeserve.api.problems import declare_common_problems, install_problem_handlers
@@ -33,6 +41,7 @@ ROUTERS = [
     routes_positions.router,
     routes_encodings.router,
     routes_lint.router,
+    routes_tables.router,
 ]
 DESCRIPTION = (
     "Reference service for position encodings in LLM serving: position ids (1-D and M-RoPE), cos/sin for "
