@@ -209,3 +209,33 @@ def test_qwen2_5_omni_over_http_equals_its_get_rope_index(client: TestClient) ->
         assert response.status_code == 422, response.text
     mm_types = {"family": "qwen2_5_omni", "mm_token_type_ids": [[0, 0]]}
     assert client.post("/v1/mrope/positions", json=mm_types).status_code == 422
+
+
+def test_glm_image_over_http_gives_prefill_and_decode_positions(client: TestClient) -> None:
+    import types
+
+    from transformers.models.glm_image.modeling_glm_image import GlmImageModel
+
+    ids = torch.tensor([[7, 7, 16384, *[167855] * 6, 16385, 7, 16384], [7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 16384, 7]])
+    grids = torch.tensor([[1, 2, 3], [1, 4, 4], [1, 3, 5]])
+    per_sample = torch.tensor([2, 1])
+    stand_in = types.SimpleNamespace(config=types.SimpleNamespace(image_start_token_id=16384, image_end_token_id=16385))
+    stand_in.get_vision_position_ids = types.MethodType(GlmImageModel.get_vision_position_ids, stand_in)
+    expected, deltas = GlmImageModel.get_rope_index(stand_in, ids, image_grid_thw=grids, images_per_sample=per_sample)
+    body = post(
+        client,
+        "/v1/mrope/positions",
+        {
+            "family": "glm_image",
+            "input_ids": ids.tolist(),
+            "image_grid_thw": grids.tolist(),
+            "images_per_sample": per_sample.tolist(),
+        },
+    )
+    assert torch.equal(torch.tensor(body["position_ids"]), expected)
+    assert torch.equal(torch.tensor(body["mrope_position_deltas"]), deltas)
+    assert torch.equal(torch.tensor(body["decode_position_ids"]), stand_in._cached_decode_position_ids)
+    bad = {"family": "glm_image", "input_ids": ids.tolist(), "image_grid_thw": grids.tolist()}
+    for counts in ([2**63, 1], [10**400, 0], [-1, 4]):
+        assert client.post("/v1/mrope/positions", json={**bad, "images_per_sample": counts}).status_code == 422
+    assert client.post("/v1/mrope/positions", json={"family": "glm_image", "rows": [[{"text": 1}]]}).status_code == 422

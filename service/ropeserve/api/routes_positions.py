@@ -27,7 +27,8 @@ from ropeserve.positions import (
     slice_prefill_positions,
     vision_position_ids,
 )
-from ropeserve.positions.omni import OMNI_FAMILIES, omni_positions_from_segments, omni_positions_from_tokens
+from ropeserve.positions.glm_image import glm_image_positions
+from ropeserve.positions.omni import omni_positions_from_segments, omni_positions_from_tokens
 from ropeserve.rope import mrope_cos_sin, vision_cos_sin
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -142,6 +143,7 @@ class MRopePositionsRequest(MRopeModel):
     video_grid_thw: IntMatrix | None = Field(None, description="[N_vid, 3] (t, h, w) in patches, batch order.")
     second_per_grid_ts: list[float] | None = Field(None, description="Qwen2.5-VL: seconds per temporal patch.")
     attention_mask: IntMatrix | None = Field(None, description="[B, L] 0/1 (token form).")
+    images_per_sample: list[int] | None = Field(None, description="GLM-Image: how many grids each row owns.")
     audio_seqlens: list[int] | None = Field(None, description="Qwen2.5-Omni token form: audio feature frames each.")
     use_audio_in_video: bool = Field(False, description="Qwen2.5-Omni token form: videos carry their audio.")
     position_id_per_seconds: float | None = Field(None, description="Qwen2.5-Omni time scale (default 25).")
@@ -194,10 +196,27 @@ def _omni_prefill(body: MRopePositionsRequest, family: str, merge: int | None, l
     )
 
 
+def _glm_image_prefill(body: MRopePositionsRequest, family: str, merge: int | None, limit: int) -> Any:
+    """GLM-Image: token form only (its rule is defined on the image start/end markers)."""
+    if body.input_ids is None:
+        raise InvalidInput("GLM-Image takes input_ids (with its image start/end markers)", field="input_ids")
+    check_limit(body.tokens(), limit, "tokens", "input_ids")
+    return glm_image_positions(
+        input_ids=body.input_ids,
+        image_grid_thw=body.image_grid_thw,
+        images_per_sample=body.images_per_sample,
+        attention_mask=body.attention_mask,
+    )
+
+
+SPECIAL_PREFILLS = {"qwen2_5_omni": _omni_prefill, "glm_image": _glm_image_prefill}
+"""Families with their own position function (beyond the shared block engine)."""
+
+
 def _mrope_prefill(body: MRopePositionsRequest, limit: int) -> Any:
     family, merge, tokens_per_second = body.resolve()
-    if family in OMNI_FAMILIES:
-        return _omni_prefill(body, family, merge, limit)
+    if family in SPECIAL_PREFILLS:
+        return SPECIAL_PREFILLS[family](body, family, merge, limit)
     if body.rows is not None:
         return mrope_positions_from_segments(
             body.rows,
@@ -243,6 +262,8 @@ def mrope_positions(body: MRopePositionsRequest, request: Request, runtime: Runt
         seq_len = body.seq_len if body.seq_len is not None else position_ids.shape[-1]
         position_ids = slice_prefill_positions(position_ids, body.context_len or 0, seq_len)
     tensors = {"position_ids": position_ids, "mrope_position_deltas": result.mrope_position_deltas}
+    if getattr(result, "decode_position_ids", None) is not None:  # GLM-Image: positions of generated images
+        tensors["decode_position_ids"] = result.decode_position_ids
     meta = {"compat": body.compat, "shape": list(position_ids.shape)}
     return tensor_response(request, tensors, meta, runtime.settings.json_response_max_elements)
 
