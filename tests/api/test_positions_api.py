@@ -239,3 +239,19 @@ def test_glm_image_over_http_gives_prefill_and_decode_positions(client: TestClie
     for counts in ([2**63, 1], [10**400, 0], [-1, 4]):
         assert client.post("/v1/mrope/positions", json={**bad, "images_per_sample": counts}).status_code == 422
     assert client.post("/v1/mrope/positions", json={"family": "glm_image", "rows": [[{"text": 1}]]}).status_code == 422
+
+
+def test_hunyuan_vl_over_http_gives_four_axes(client: TestClient) -> None:
+    types_ = [[0, 0, 1, 1, 1, 1, 1, 1, 0], [0, 1, 1, 1, 1, 1, 1, 1, 1]]  # 2x(2+1) grid; 6 + 2 marker tokens
+    body = post(
+        client,
+        "/v1/mrope/positions",
+        {"family": "hunyuan_vl", "mm_token_type_ids": types_, "image_grid_thw": [[1, 4, 4], [1, 4, 4]]},
+    )
+    ids = torch.tensor(body["position_ids"])
+    assert ids.shape == (4, 2, 9)
+    assert ids[:, 0, 2:8].tolist() == [[2, 3, 4, 5, 6, 7], [0, 1, 2, 0, 1, 2], [0, 0, 0, 1, 1, 1], [0] * 6]
+    assert ids[3, 1, 2:8].tolist() == [1] * 6 and ids[:, 1, 1].tolist() == [1, 1, 1, 1]  # its markers stay 1-D
+    for axes in (2, 17, 2**63):
+        too_many = {"family": "hunyuan_vl", "mm_token_type_ids": types_, "num_axes": axes}
+        assert client.post("/v1/mrope/positions", json=too_many).status_code == 422

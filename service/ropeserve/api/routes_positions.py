@@ -28,6 +28,7 @@ from ropeserve.positions import (
     vision_position_ids,
 )
 from ropeserve.positions.glm_image import glm_image_positions
+from ropeserve.positions.hunyuan_vl import hunyuan_vl_positions
 from ropeserve.positions.omni import omni_positions_from_segments, omni_positions_from_tokens
 from ropeserve.rope import mrope_cos_sin, vision_cos_sin
 
@@ -144,6 +145,7 @@ class MRopePositionsRequest(MRopeModel):
     second_per_grid_ts: list[float] | None = Field(None, description="Qwen2.5-VL: seconds per temporal patch.")
     attention_mask: IntMatrix | None = Field(None, description="[B, L] 0/1 (token form).")
     images_per_sample: list[int] | None = Field(None, description="GLM-Image: how many grids each row owns.")
+    num_axes: int = Field(4, ge=3, le=16, description="HunYuan-VL: position axes (len of its mrope_section).")
     audio_seqlens: list[int] | None = Field(None, description="Qwen2.5-Omni token form: audio feature frames each.")
     use_audio_in_video: bool = Field(False, description="Qwen2.5-Omni token form: videos carry their audio.")
     position_id_per_seconds: float | None = Field(None, description="Qwen2.5-Omni time scale (default 25).")
@@ -209,7 +211,21 @@ def _glm_image_prefill(body: MRopePositionsRequest, family: str, merge: int | No
     )
 
 
-SPECIAL_PREFILLS = {"qwen2_5_omni": _omni_prefill, "glm_image": _glm_image_prefill}
+def _hunyuan_vl_prefill(body: MRopePositionsRequest, family: str, merge: int | None, limit: int) -> Any:
+    """HunYuan-VL (XD-RoPE): ``mm_token_type_ids`` + ``image_grid_thw``; ``num_axes`` rows of positions."""
+    if body.mm_token_type_ids is None:
+        raise InvalidInput("HunYuan-VL takes mm_token_type_ids and image_grid_thw", field="mm_token_type_ids")
+    check_limit(body.tokens() * body.num_axes, limit, "positions", "mm_token_type_ids")
+    return hunyuan_vl_positions(
+        mm_token_type_ids=body.mm_token_type_ids,
+        image_grid_thw=body.image_grid_thw,
+        attention_mask=body.attention_mask,
+        spatial_merge_size=2 if merge is None else merge,
+        num_axes=body.num_axes,
+    )
+
+
+SPECIAL_PREFILLS = {"qwen2_5_omni": _omni_prefill, "glm_image": _glm_image_prefill, "hunyuan_vl": _hunyuan_vl_prefill}
 """Families with their own position function (beyond the shared block engine)."""
 
 
