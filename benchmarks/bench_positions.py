@@ -14,6 +14,8 @@ Workloads (issue #3; issue #17 adds the same prompts under other transformers mo
     Ernie4_5_VLMoeModel.get_rope_index.
   * omni audio+video+images: 8 rows, each 4 images, one 8x16x16 video carrying 30 s of audio (use_audio_in_video)
     and one 10 s audio clip, against Qwen2.5-Omni's get_rope_index.
+  * glm_image: 8 rows with two 32x32 prompt images and one image to generate (prefill and decode positions).
+  * hunyuan_vl: 8 rows with four 16x16 images (XD-RoPE, 4 axes).
 """
 
 from __future__ import annotations
@@ -28,11 +30,15 @@ from typing import Any
 
 import torch
 from transformers.models.ernie4_5_vl_moe.modeling_ernie4_5_vl_moe import Ernie4_5_VLMoeModel
+from transformers.models.glm_image.modeling_glm_image import GlmImageModel
+from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLModel
 from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniPreTrainedModelForConditionalGeneration
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
 from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5Model
 
 from ropeserve.positions import mrope_positions_from_segments, mrope_positions_from_tokens
+from ropeserve.positions.glm_image import glm_image_positions
+from ropeserve.positions.hunyuan_vl import hunyuan_vl_positions
 from ropeserve.positions.omni import omni_audio_tokens, omni_positions_from_tokens
 
 MERGE = 2
@@ -217,6 +223,83 @@ def ropeserve_omni(w: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     return result.position_ids, result.mrope_position_deltas
 
 
+def glm_image_workload() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """8 rows: text, two 32x32-token prompt images between markers, text, and one 32x32 image to generate."""
+    rows, grids = [], []
+    for b in range(8):
+        text = [TEXT_ID] * (100 + 5 * b)
+        rows.append([*text, 16384, *[167855] * 1024, 16385, *text, 16384, *[167855] * 1024, 16385, *text, 16384])
+        grids += [[1, 32, 32]] * 3
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), TEXT_ID, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for b, row in enumerate(rows):
+        ids[b, width - len(row) :], mask[b, width - len(row) :] = torch.tensor(row), 1
+    return ids, mask, torch.tensor(grids), torch.full((len(rows),), 3)
+
+
+def hunyuan_workload() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """8 rows: 4 images of 16x16 merged patches (16 x 17 tokens with the row ends, plus 2 markers) between text."""
+    rows = []
+    for b in range(8):
+        row: list[int] = []
+        for _ in range(4):
+            row += [0] * (200 - 4 * b) + [1] * (16 * 17 + 2)
+        rows.append([*row, *[0] * 50])
+    width = max(len(r) for r in rows)
+    types_ = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros_like(types_)
+    for b, row in enumerate(rows):
+        types_[b, width - len(row) :], mask[b, width - len(row) :] = torch.tensor(row), 1
+    return types_, mask, torch.tensor([[1, 32, 32]] * 32)
+
+
+def own_rule_workloads() -> list[tuple[str, int, Callable[[], tuple], Callable[[], tuple]]]:
+    """``(name, tokens, transformers call, ropeserve call)`` of the families with their own position function."""
+    omni = omni_workload()
+    ids, mask, grids, per_sample = glm_image_workload()
+    glm_stand_in = types.SimpleNamespace(
+        config=types.SimpleNamespace(image_start_token_id=16384, image_end_token_id=16385)
+    )
+    glm_stand_in.get_vision_position_ids = types.MethodType(GlmImageModel.get_vision_position_ids, glm_stand_in)
+
+    def glm_reference() -> tuple:
+        positions, deltas = GlmImageModel.get_rope_index(glm_stand_in, ids, grids, per_sample, mask)
+        return positions, deltas, glm_stand_in._cached_decode_position_ids
+
+    def glm_ours() -> tuple:
+        result = glm_image_positions(
+            input_ids=ids, image_grid_thw=grids, images_per_sample=per_sample, attention_mask=mask
+        )
+        return result.position_ids, result.mrope_position_deltas, result.decode_position_ids
+
+    hy_types, hy_mask, hy_grids = hunyuan_workload()
+    hy_config = types.SimpleNamespace(
+        text_config=types.SimpleNamespace(rope_parameters={"mrope_section": [16, 16, 16, 16]}),
+        vision_config=types.SimpleNamespace(spatial_merge_size=MERGE),
+    )
+    hy_stand_in = types.SimpleNamespace(config=hy_config)
+    hy_stand_in.get_vision_position_ids = types.MethodType(HunYuanVLModel.get_vision_position_ids, hy_stand_in)
+
+    def hy_reference() -> tuple:
+        return HunYuanVLModel.get_rope_index(hy_stand_in, hy_types, hy_types, hy_grids, hy_mask)
+
+    def hy_ours() -> tuple:
+        result = hunyuan_vl_positions(mm_token_type_ids=hy_types, image_grid_thw=hy_grids, attention_mask=hy_mask)
+        return result.position_ids, result.mrope_position_deltas
+
+    return [
+        (
+            "omni audio+video+images (8 rows)",
+            int(omni["attention_mask"].sum()),
+            lambda: transformers_omni(omni),
+            lambda: ropeserve_omni(omni),
+        ),
+        ("glm_image 2 prompt images + 1 to generate", int(mask.sum()), glm_reference, glm_ours),
+        ("hunyuan_vl 4 images (8 rows)", int(hy_mask.sum()), hy_reference, hy_ours),
+    ]
+
+
 def interleaved_medians(
     implementations: dict[str, Callable[[], object]], repeats: int, inner: dict[str, int]
 ) -> dict[str, tuple[float, float]]:
@@ -277,22 +360,18 @@ def main() -> None:
             f"{workload.name:<42}{tokens:>7}{hf * 1e3:>13.2f} ({hf_best * 1e3:5.2f}){ours * 1e3:>11.3f} "
             f"({ours_best * 1e3:5.3f}){hf / ours:>6.1f}x ({hf_best / ours_best:4.1f}x){segments * 1e3:>11.3f}"
         )
-    omni = omni_workload()
-    expected = transformers_omni(omni)
-    got = ropeserve_omni(omni)
-    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1]), "omni: outputs differ"
-    timings = interleaved_medians(
-        {"transformers": lambda: transformers_omni(omni), "ropeserve": lambda: ropeserve_omni(omni)},
-        args.repeats,
-        {"transformers": 1, "ropeserve": 3},
-    )
-    (hf, hf_best), (ours, ours_best) = timings.values()
-    ratios.append(hf / ours)
-    name = "omni audio+video+images (8 rows)"
-    print(
-        f"{name:<42}{int(omni['attention_mask'].sum()):>7}{hf * 1e3:>13.2f} ({hf_best * 1e3:5.2f}){ours * 1e3:>11.3f} "
-        f"({ours_best * 1e3:5.3f}){hf / ours:>6.1f}x ({hf_best / ours_best:4.1f}x){'-':>11}"
-    )
+    for name, tokens, reference, ours_fn in own_rule_workloads():
+        expected, got = reference(), ours_fn()
+        assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True)), f"{name}: outputs differ"
+        timings = interleaved_medians(
+            {"transformers": reference, "ropeserve": ours_fn}, args.repeats, {"transformers": 1, "ropeserve": 3}
+        )
+        (hf, hf_best), (ours, ours_best) = timings.values()
+        ratios.append(hf / ours)
+        print(
+            f"{name:<42}{tokens:>7}{hf * 1e3:>13.2f} ({hf_best * 1e3:5.2f}){ours * 1e3:>11.3f} "
+            f"({ours_best * 1e3:5.3f}){hf / ours:>6.1f}x ({hf_best / ours_best:4.1f}x){'-':>11}"
+        )
     print("outputs identical: yes; ratio = transformers / ropeserve (token form); goal >= 10x on all:", end=" ")
     print("met" if min(ratios) >= 10 else "NOT met")
 

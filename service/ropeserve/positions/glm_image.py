@@ -61,37 +61,69 @@ def _grid_rows(image_grid_thw: IntsLike | None, images_per_sample: IntsLike | No
     return np.split(grids, np.cumsum(counts)[:-1])
 
 
-def _prefill_row(
-    ids: np.ndarray, grids: np.ndarray, start_id: int, end_id: int, row: int
-) -> tuple[np.ndarray, int, int]:
-    """``([3, n] positions, complete images (end markers), position after the prompt)`` of one row's real tokens."""
-    starts = np.flatnonzero(ids == start_id) + 1
-    ends = np.flatnonzero(ids == end_id)
-    pieces: list[np.ndarray] = []
-    position = previous_end = 0
-    for image, (start, end) in enumerate(zip(starts.tolist(), ends.tolist(), strict=False)):
-        if image >= grids.shape[0]:
-            break
-        t, h, w = grids[image].tolist()
-        if end - start != t * h * w or start - previous_end < 0:
+@dataclass(frozen=True)
+class _Images:
+    """Prompt images of the batch in compact (real-token) coordinates."""
+
+    first: np.ndarray  # [I] compact index of each image's first token
+    end: np.ndarray  # [I] compact index of its <image_end>
+    grid: np.ndarray  # [I, 3]
+    complete: np.ndarray  # [B] <image_end> markers per row (transformers' "complete images")
+
+
+def _find_images(
+    compact: np.ndarray, starts: np.ndarray, lengths: np.ndarray, grid_rows: list[np.ndarray], ids: tuple[int, int]
+) -> _Images:
+    """Pair each row's ``i``-th start and end markers (zip semantics) with the row's ``i``-th grid."""
+    firsts, ends, grids, complete = [], [], [], []
+    for b, (start, length) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True)):
+        row = compact[start : start + length]
+        opens = np.flatnonzero(row == ids[0]) + 1
+        closes = np.flatnonzero(row == ids[1])
+        count = min(opens.size, closes.size, grid_rows[b].shape[0])
+        opens, pairs = opens[:count], closes[:count]
+        previous = np.concatenate([[0], pairs[:-1]])
+        tokens = grid_rows[b][:count].prod(axis=1) if count else np.zeros(0, dtype=np.int64)
+        bad = (pairs - opens != tokens) | (opens < previous)
+        if bad.any():
+            image = int(np.flatnonzero(bad)[0])
             raise InvalidInput(
-                f"row {row}: image {image} has {end - start} tokens between its markers but grid {[t, h, w]} "
-                f"needs {t * h * w}",
-                field=f"rows[{row}]",
+                f"row {b}: image {image} has {int(pairs[image] - opens[image])} tokens between its markers but grid "
+                f"{grid_rows[b][image].tolist()} needs {int(tokens[image])}",
+                field=f"rows[{b}]",
             )
-        text = start - previous_end
-        pieces.append(np.broadcast_to(position + np.arange(text), (3, text)))
-        position += text
-        block = np.empty((3, t, h, w), dtype=np.int64)
-        block[0] = np.arange(t)[:, None, None]
-        block[1] = np.arange(h)[None, :, None]
-        block[2] = np.arange(w)[None, None, :]
-        pieces.append(block.reshape(3, -1) + position)
-        position += max(h, w)
-        previous_end = end
-    tail = ids.size - previous_end
-    pieces.append(np.broadcast_to(position + np.arange(tail), (3, tail)))
-    return np.concatenate(pieces, axis=1), ends.size, position + tail
+        firsts.append(opens + start)
+        ends.append(pairs + start)
+        grids.append(grid_rows[b][:count])
+        complete.append(closes.size)
+    return _Images(
+        np.concatenate(firsts).astype(np.int64),
+        np.concatenate(ends).astype(np.int64),
+        np.concatenate(grids).reshape(-1, 3),
+        np.array(complete, dtype=np.int64),
+    )
+
+
+def _prefill(compact_size: int, starts: np.ndarray, lengths: np.ndarray, images: _Images) -> np.ndarray:
+    """``[3, N]`` positions of the real tokens: 1-D, advanced by ``max(h, w)`` per image, images in T/H/W."""
+    index = np.arange(compact_size) - np.repeat(starts, lengths)
+    t, h, w = images.grid.T
+    tokens = t * h * w
+    step = np.zeros(compact_size + 1, dtype=np.int64)
+    step[images.end] = np.maximum(h, w) - tokens  # from the <image_end> on, positions run max(h, w) - t*h*w behind
+    running = np.cumsum(step)[:-1]
+    before_row = np.where(starts > 0, running[np.maximum(starts - 1, 0)], 0) if compact_size else starts
+    base = index + running - np.repeat(before_row, lengths)
+    values = np.broadcast_to(base, (3, compact_size)).copy()
+    origins = base[images.first].tolist()
+    for first, origin, (frames, rows, columns) in zip(
+        images.first.tolist(), origins, images.grid.tolist(), strict=True
+    ):
+        block = values[:, first : first + frames * rows * columns].reshape(3, frames, rows, columns)
+        block[0] = origin + np.arange(frames)[:, None, None]  # a few large images: one broadcast each
+        block[1] = origin + np.arange(rows)[None, :, None]
+        block[2] = origin + np.arange(columns)[None, None, :]
+    return values
 
 
 def _decode_row(grids: np.ndarray, position: int) -> np.ndarray:
@@ -127,19 +159,21 @@ def glm_image_positions(
         if mask.shape != ids.shape:
             raise InvalidInput(f"attention_mask has shape {mask.shape}, input_ids {ids.shape}", field="attention_mask")
     grid_rows = _grid_rows(image_grid_thw, images_per_sample, rows)
+    lengths = mask.sum(axis=1)
+    starts = np.cumsum(lengths) - lengths
+    compact = ids[mask]
+    images = _find_images(compact, starts, lengths, grid_rows, (image_start_token_id, image_end_token_id))
+    values = _prefill(compact.size, starts, lengths, images)
     positions = np.full((3, rows, width), _FILL, dtype=np.int64)
+    positions.reshape(3, -1)[:, np.flatnonzero(mask.reshape(-1))] = values
     decode: list[np.ndarray] = []
     for b in range(rows):
         grids = grid_rows[b]
-        row_positions, complete, after = _prefill_row(
-            ids[b][mask[b]], grids, image_start_token_id, image_end_token_id, b
-        )
-        positions[:, b, mask[b]] = row_positions
         if grids.shape[0]:
-            generated = grids[min(complete, grids.shape[0]) :]  # the grids beyond the prompt's complete images
-            check_element_limit(
-                int(generated[:, 1:].prod(axis=1).sum()) + 1, None, "decode positions", "image_grid_thw"
-            )
+            generated = grids[min(int(images.complete[b]), grids.shape[0]) :]  # beyond the prompt's images
+            tokens = float(generated[:, 1:].astype(np.float64).prod(axis=1).sum()) + 1  # no int64 overflow
+            check_element_limit(int(min(tokens, 2.0**62)), None, "decode positions", "image_grid_thw")
+            after = int(values[0, starts[b] + lengths[b] - 1]) + 1 if lengths[b] else 0
             decode.append(_decode_row(generated, after))
     decode_ids = None
     if decode:

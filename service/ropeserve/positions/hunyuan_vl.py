@@ -32,11 +32,29 @@ class XdRopePositions:
     """``[B, 1]`` int64."""
 
 
-def _image_runs(types: np.ndarray) -> list[tuple[int, int]]:
-    """``(first, end)`` of each maximal run of image tokens (type 1)."""
-    is_image = np.concatenate([[False], types == 1, [False]])
-    edges = np.flatnonzero(np.diff(is_image.astype(np.int8)))
-    return list(zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True))
+def _compact(types: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Real tokens in row-major order: ``(types [N], row start [B], row length [B], index within its row [N])``."""
+    lengths = mask.sum(axis=1)
+    starts = np.cumsum(lengths) - lengths
+    compact = types[mask]
+    index = np.arange(compact.size) - np.repeat(starts, lengths)
+    return compact, starts, lengths, index
+
+
+def _image_runs(compact: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(first [R], length [R])`` of the maximal runs of image tokens (type 1), never crossing a row start."""
+    is_image = compact == 1
+    opens = is_image.copy()
+    opens[1:] &= ~is_image[:-1]
+    opens[starts[starts < compact.size]] = is_image[starts[starts < compact.size]]
+    first = np.flatnonzero(opens)
+    closes = is_image.copy()
+    closes[:-1] &= ~is_image[1:]
+    row_ends = np.cumsum(np.diff(np.append(starts, compact.size))) - 1
+    valid_ends = row_ends[(row_ends >= 0) & (row_ends < compact.size)]
+    closes[valid_ends] = is_image[valid_ends]
+    last = np.flatnonzero(closes)
+    return first, last - first + 1
 
 
 def hunyuan_vl_positions(
@@ -59,38 +77,54 @@ def hunyuan_vl_positions(
         mask = as_mask_array(attention_mask, "attention_mask")[0]
         if mask.shape != types.shape:
             raise InvalidInput(f"attention_mask has shape {mask.shape}, tokens {types.shape}", field="attention_mask")
-    grids = np.zeros((0, 3), dtype=np.int64)
+    compact, starts, lengths, index = _compact(types, mask)
+    values = np.broadcast_to(index, (axes, index.size)).copy()
     if image_grid_thw is not None:
-        grids = as_long_array(image_grid_thw, "image_grid_thw", ndim=2)
-        if grids.shape[1] != 3 or (grids.size and (int(grids.min()) < 1 or int(grids.max()) > MAX_ELEMENTS)):
-            raise InvalidInput("image_grid_thw must be [N, 3] with sizes in [1, 2**27]", field="image_grid_thw")
+        _place_images(values, compact, starts, _grids(image_grid_thw), merge)
     positions = np.zeros((axes, rows, width), dtype=np.int64)
+    positions.reshape(axes, -1)[:, np.flatnonzero(mask.reshape(-1))] = values
     deltas = np.zeros((rows, 1), dtype=np.int64)
-    image = 0
-    for b in range(rows):
-        row_types = types[b][mask[b]]
-        row = np.broadcast_to(np.arange(row_types.size), (axes, row_types.size)).copy()
-        for first, end in _image_runs(row_types) if image_grid_thw is not None else []:
-            if image >= grids.shape[0]:
-                raise InvalidInput(f"row {b}: more image runs than image_grid_thw entries", field="image_grid_thw")
-            h, w = int(grids[image, 1]) // merge, int(grids[image, 2]) // merge
-            tokens = h * (w + 1)
-            if end - first not in (tokens, tokens + 2):
-                raise InvalidInput(
-                    f"row {b}: an image run of {end - first} tokens, but image_grid_thw[{image}] needs {tokens} "
-                    f"(or {tokens + 2} with its markers)",
-                    field=f"rows[{b}]",
-                )
-            start = first + (end - first - tokens) // 2
-            row[axes - 3, start : start + tokens] = np.tile(np.arange(w + 1), h)
-            row[axes - 2, start : start + tokens] = np.repeat(np.arange(h), w + 1)
-            row[axes - 1, start : start + tokens] = image
-            image += 1
-        positions[:, b, mask[b]] = row
-        if row.size:
-            deltas[b, 0] = int(row.max()) + 1 - row_types.size
-    if image_grid_thw is not None and image != grids.shape[0]:
-        raise InvalidInput(
-            f"image_grid_thw has {grids.shape[0]} entries but the tokens use {image}", field="image_grid_thw"
-        )
+    filled = lengths > 0
+    if filled.any():
+        row_max = np.maximum.reduceat(values.max(axis=0), starts[filled])
+        deltas[filled, 0] = row_max + 1 - lengths[filled]
     return XdRopePositions(torch.from_numpy(positions), torch.from_numpy(deltas))
+
+
+def _grids(image_grid_thw: IntsLike) -> np.ndarray:
+    grids = as_long_array(image_grid_thw, "image_grid_thw", ndim=2)
+    if grids.shape[1] != 3 or (grids.size and (int(grids.min()) < 1 or int(grids.max()) > MAX_ELEMENTS)):
+        raise InvalidInput("image_grid_thw must be [N, 3] with sizes in [1, 2**27]", field="image_grid_thw")
+    return grids
+
+
+def _place_images(values: np.ndarray, compact: np.ndarray, starts: np.ndarray, grids: np.ndarray, merge: int) -> None:
+    """Write each image grid's column / row / image index into the last three axes of ``values`` ``[A, N]``."""
+    first, length = _image_runs(compact, starts)
+    if first.size != grids.shape[0]:
+        raise InvalidInput(
+            f"the tokens hold {first.size} image runs but image_grid_thw has {grids.shape[0]} entries",
+            field="image_grid_thw",
+        )
+    if not first.size:
+        return
+    h, w = grids[:, 1] // merge, grids[:, 2] // merge + 1  # w counts the newline ending each row
+    tokens = h * w
+    bad = (length != tokens) & (length != tokens + 2)
+    if bad.any():
+        image = int(np.flatnonzero(bad)[0])
+        row = int(np.searchsorted(starts, first[image], side="right")) - 1
+        raise InvalidInput(
+            f"row {row}: an image run of {int(length[image])} tokens, but image_grid_thw[{image}] needs "
+            f"{int(tokens[image])} (or {int(tokens[image]) + 2} with its markers)",
+            field=f"rows[{row}]",
+        )
+    grid_start = first + (length - tokens) // 2
+    image_of = np.repeat(np.arange(first.size), tokens)
+    local = np.arange(image_of.size) - np.repeat(np.cumsum(tokens) - tokens, tokens)
+    slots = np.repeat(grid_start, tokens) + local
+    row_length = w[image_of]
+    axes = values.shape[0]
+    values[axes - 3, slots] = local % row_length
+    values[axes - 2, slots] = local // row_length
+    values[axes - 1, slots] = image_of

@@ -37,13 +37,15 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     merge = draw(st.sampled_from([2, 1]))
     rows, grids = [], []
     for _ in range(draw(st.integers(1, 3))):
-        row = [0] * draw(st.integers(1, 4))
+        row = [0] * draw(st.integers(0, 4))  # a row may open and close with an image (runs stop at rows)
         for _ in range(draw(st.integers(0, 3))):
             h, w = draw(st.integers(1, 4)), draw(st.integers(1, 4))
             markers = 2 * draw(st.booleans())
             row += [1] * (h * (w + 1) + markers) + [0] * draw(st.integers(1, 3))
             grids.append([1, h * merge, w * merge])
-        rows.append(row)
+        if draw(st.booleans()) and row and row[-2:-1] == [1]:
+            row.pop()
+        rows.append(row or [0])
     pads = draw(st.lists(st.integers(0, 3), min_size=len(rows), max_size=len(rows)))
     left = draw(st.booleans())
     width = max(len(r) + p for r, p in zip(rows, pads, strict=True))
