@@ -97,6 +97,8 @@ def test_batched_flat_layout_and_separate_cos_sin(client: TestClient) -> None:
     [
         ({"positions": torch.tensor([0, ROWS] + [0] * (TOKENS - 2))}, "positions"),
         ({"positions": torch.tensor([-1] + [0] * (TOKENS - 1))}, "positions"),
+        ({"positions": torch.zeros(TOKENS)}, "positions"),
+        ({"positions": torch.zeros(2, 3, TOKENS, dtype=torch.long)}, "positions"),
         ({"cos_sin_cache": torch.zeros(ROWS, ROTARY + 2)}, "cos_sin_cache"),
         ({"cos_sin_cache": None}, "cos_sin_cache"),
         ({"q": torch.zeros(TOKENS, HEADS * HEAD, dtype=torch.int32)}, "q"),

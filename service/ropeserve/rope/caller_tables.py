@@ -116,6 +116,8 @@ def compare_table(params: RopeParams, cos: torch.Tensor, sin: torch.Tensor, *, a
 def _positions_in(positions: torch.Tensor, rows: int) -> torch.Tensor:
     if positions.dim() not in (1, 2):
         raise InvalidInput(f"positions must be [T] or [B, T], got {list(positions.shape)}", field="positions")
+    if positions.is_floating_point():
+        raise InvalidInput(f"positions must be int32 or int64, got {positions.dtype}", field="positions")
     positions = positions.long()
     if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= rows):
         raise InvalidInput(
