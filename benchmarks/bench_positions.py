@@ -14,6 +14,7 @@ Workloads (issue #3; issue #17 adds the same prompts under other transformers mo
     Ernie4_5_VLMoeModel.get_rope_index.
   * omni audio+video+images: 8 rows, each 4 images, one 8x16x16 video carrying 30 s of audio (use_audio_in_video)
     and one 10 s audio clip, against Qwen2.5-Omni's get_rope_index.
+  * qwen3_omni: the Omni workload under Qwen3-Omni's rule (float positions, audio merged with video by time).
   * glm_image: 8 rows with two 32x32 prompt images and one image to generate (prefill and decode positions).
   * hunyuan_vl: 8 rows with four 16x16 images (XD-RoPE, 4 axes).
 """
@@ -35,6 +36,9 @@ from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLModel
 from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniPreTrainedModelForConditionalGeneration
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
 from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5Model
+from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
+    Qwen3OmniMoePreTrainedModelForConditionalGeneration,
+)
 
 from ropeserve.positions import mrope_positions_from_segments, mrope_positions_from_tokens
 from ropeserve.positions.glm_image import glm_image_positions
@@ -160,11 +164,13 @@ def ropeserve_segments(w: Workload) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 OMNI_MODEL = Qwen2_5OmniPreTrainedModelForConditionalGeneration
+OMNI3_MODEL = Qwen3OmniMoePreTrainedModelForConditionalGeneration
 OMNI_IDS = {"image": 151655, "video": 151656, "audio": 151646, "vision_start": 151652, "audio_start": 151647}
 
 
-def omni_workload() -> dict[str, Any]:
-    """Token ids and inputs of the Omni workload (left padded), as the processor lays them out."""
+def omni_workload(audio_window: int | None = None) -> dict[str, Any]:
+    """Token ids and inputs of the Omni workload (left padded), as the processor lays them out (``audio_window``:
+    Qwen3-Omni's audio token count)."""
     rows, images, videos, audios = [], [], [], []
     for b in range(8):
         text = [TEXT_ID] * (120 - 4 * b)
@@ -172,9 +178,10 @@ def omni_workload() -> dict[str, Any]:
         for _ in range(4):
             row += [*text, OMNI_IDS["vision_start"], *[OMNI_IDS["image"]] * 196, TEXT_ID]
             images.append([1, 28, 28])
-        video, audio = [OMNI_IDS["video"]] * 512, [OMNI_IDS["audio"]] * omni_audio_tokens(3000)
+        video, audio = [OMNI_IDS["video"]] * 512, [OMNI_IDS["audio"]] * omni_audio_tokens(3000, audio_window)
         row += [*text, OMNI_IDS["vision_start"], OMNI_IDS["audio_start"], *video, *audio, TEXT_ID, TEXT_ID]
-        row += [*text, OMNI_IDS["audio_start"], *[OMNI_IDS["audio"]] * omni_audio_tokens(1000), TEXT_ID, *text]
+        clip = [OMNI_IDS["audio"]] * omni_audio_tokens(1000, audio_window)
+        row += [*text, OMNI_IDS["audio_start"], *clip, TEXT_ID, *text]
         videos.append([8, 16, 16])
         audios += [3000, 1000]
         rows.append(row)
@@ -218,9 +225,33 @@ def transformers_omni(w: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     )
 
 
-def ropeserve_omni(w: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-    result = omni_positions_from_tokens(**w, use_audio_in_video=True)
+def ropeserve_omni(w: dict[str, Any], family: str = "qwen2_5_omni") -> tuple[torch.Tensor, torch.Tensor]:
+    result = omni_positions_from_tokens(**w, use_audio_in_video=True, family=family)
     return result.position_ids, result.mrope_position_deltas
+
+
+def transformers_qwen3_omni(w: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    config = types.SimpleNamespace(
+        image_token_id=OMNI_IDS["image"],
+        video_token_id=OMNI_IDS["video"],
+        audio_token_id=OMNI_IDS["audio"],
+        vision_start_token_id=OMNI_IDS["vision_start"],
+        audio_start_token_id=OMNI_IDS["audio_start"],
+        position_id_per_seconds=25,
+        audio_config=types.SimpleNamespace(n_window=50),
+    )
+    stand_in = types.SimpleNamespace(config=config, spatial_merge_size=MERGE)
+    stand_in.get_llm_pos_ids_for_vision = types.MethodType(OMNI3_MODEL.get_llm_pos_ids_for_vision, stand_in)
+    return OMNI3_MODEL.get_rope_index(
+        stand_in,
+        w["input_ids"],
+        image_grid_thw=w["image_grid_thw"],
+        video_grid_thw=w["video_grid_thw"],
+        attention_mask=w["attention_mask"],
+        use_audio_in_video=True,
+        audio_seqlens=w["audio_seqlens"],
+        second_per_grids=w["second_per_grid_ts"],
+    )
 
 
 def glm_image_workload() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -256,7 +287,7 @@ def hunyuan_workload() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 def own_rule_workloads() -> list[tuple[str, int, Callable[[], tuple], Callable[[], tuple]]]:
     """``(name, tokens, transformers call, ropeserve call)`` of the families with their own position function."""
-    omni = omni_workload()
+    omni, omni3 = omni_workload(), omni_workload(audio_window=50)
     ids, mask, grids, per_sample = glm_image_workload()
     glm_stand_in = types.SimpleNamespace(
         config=types.SimpleNamespace(image_start_token_id=16384, image_end_token_id=16385)
@@ -294,6 +325,12 @@ def own_rule_workloads() -> list[tuple[str, int, Callable[[], tuple], Callable[[
             int(omni["attention_mask"].sum()),
             lambda: transformers_omni(omni),
             lambda: ropeserve_omni(omni),
+        ),
+        (
+            "qwen3_omni audio+video+images (8 rows)",
+            int(omni3["attention_mask"].sum()),
+            lambda: transformers_qwen3_omni(omni3),
+            lambda: ropeserve_omni(omni3, "qwen3_omni_moe"),
         ),
         ("glm_image 2 prompt images + 1 to generate", int(mask.sum()), glm_reference, glm_ours),
         ("hunyuan_vl 4 images (8 rows)", int(hy_mask.sum()), hy_reference, hy_ours),

@@ -255,3 +255,27 @@ def test_hunyuan_vl_over_http_gives_four_axes(client: TestClient) -> None:
     for axes in (2, 17, 2**63):
         too_many = {"family": "hunyuan_vl", "mm_token_type_ids": types_, "num_axes": axes}
         assert client.post("/v1/mrope/positions", json=too_many).status_code == 422
+
+
+def test_qwen3_omni_over_http_gives_float_positions(client: TestClient) -> None:
+    from omni_oracle import audio_tokens_qwen3, hf_qwen3_omni_get_rope_index, render_omni
+
+    rows = [[{"text": 2}, {"video": [3, 4, 4], "second_per_grid_t": 0.7, "audio_seqlen": 130}, {"text": 3}]]
+    batch = render_omni(rows, 2, use_audio_in_video=True, pads=[0], left=True, tokens_of=audio_tokens_qwen3)
+    expected_ids, expected_deltas = hf_qwen3_omni_get_rope_index(batch, merge=2, pps=25)
+    body = post(
+        client,
+        "/v1/mrope/positions",
+        {
+            "family": "qwen3_omni_moe",
+            "input_ids": batch.input_ids.tolist(),
+            "attention_mask": batch.attention_mask.tolist(),
+            "video_grid_thw": batch.video_grid_thw.tolist(),
+            "second_per_grid_ts": batch.second_per_grid_ts.tolist(),
+            "audio_seqlens": batch.audio_seqlens.tolist(),
+            "use_audio_in_video": True,
+        },
+    )
+    assert torch.equal(torch.tensor(body["position_ids"], dtype=torch.float32), expected_ids)
+    assert torch.equal(torch.tensor(body["mrope_position_deltas"], dtype=torch.float32), expected_deltas)
+    assert any(value % 1 for value in body["position_ids"][0][0])  # fractional times survive

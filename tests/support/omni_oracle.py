@@ -12,6 +12,9 @@ from hypothesis import strategies as st
 from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import (
     Qwen2_5OmniPreTrainedModelForConditionalGeneration as OmniModel,
 )
+from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
+    Qwen3OmniMoePreTrainedModelForConditionalGeneration as Omni3Model,
+)
 
 TEXT_ID, IMAGE_ID, VIDEO_ID, AUDIO_ID = 100, 151655, 151656, 151646
 VISION_START, VISION_END, AUDIO_START, AUDIO_END = 151652, 151653, 151647, 151648
@@ -20,6 +23,38 @@ VISION_START, VISION_END, AUDIO_START, AUDIO_END = 151652, 151653, 151647, 15164
 def audio_tokens(seqlen: int) -> int:
     """Written from the model code's formula, independently of ropeserve."""
     return ((seqlen - 1) // 2 + 1 - 2) // 2 + 1
+
+
+def audio_tokens_qwen3(seqlen: int) -> int:
+    """Qwen3-Omni's ``_get_feat_extract_output_lengths`` (n_window 50)."""
+    leave = seqlen % 100
+    feat = (leave - 1) // 2 + 1
+    return ((feat - 1) // 2 + 1 - 1) // 2 + 1 + (seqlen // 100) * 13
+
+
+def hf_qwen3_omni_get_rope_index(batch: OmniBatch, *, merge: int, pps: int) -> tuple:
+    """``Qwen3OmniMoePreTrainedModelForConditionalGeneration.get_rope_index`` on a stand-in ``self``."""
+    config = types.SimpleNamespace(
+        image_token_id=IMAGE_ID,
+        video_token_id=VIDEO_ID,
+        audio_token_id=AUDIO_ID,
+        vision_start_token_id=VISION_START,
+        audio_start_token_id=AUDIO_START,
+        position_id_per_seconds=pps,
+        audio_config=types.SimpleNamespace(n_window=50),
+    )
+    stand_in = types.SimpleNamespace(config=config, spatial_merge_size=merge)
+    stand_in.get_llm_pos_ids_for_vision = types.MethodType(Omni3Model.get_llm_pos_ids_for_vision, stand_in)
+    return Omni3Model.get_rope_index(
+        stand_in,
+        batch.input_ids,
+        image_grid_thw=batch.image_grid_thw,
+        video_grid_thw=batch.video_grid_thw,
+        attention_mask=batch.attention_mask,
+        use_audio_in_video=batch.use_audio_in_video,
+        audio_seqlens=batch.audio_seqlens,
+        second_per_grids=batch.second_per_grid_ts,
+    )
 
 
 def hf_omni_get_rope_index(batch: OmniBatch, *, merge: int, pps: int, seconds_per_chunk: int) -> tuple:
@@ -59,7 +94,7 @@ class OmniBatch:
     use_audio_in_video: bool
 
 
-def _row_ids(row: list[dict[str, Any]], merge: int) -> list[int]:
+def _row_ids(row: list[dict[str, Any]], merge: int, tokens_of: Any = audio_tokens) -> list[int]:
     """Token ids of one row; a vision or audio segment's start/end markers are the last/first token of the text
     around it (segments with audio in their video carry their own four markers)."""
     ids: list[int] = []
@@ -70,13 +105,13 @@ def _row_ids(row: list[dict[str, Any]], merge: int) -> list[int]:
         kind = "image" if "image" in segment else "video" if "video" in segment else "audio"
         if kind == "audio":
             ids[-1] = AUDIO_START
-            ids += [AUDIO_ID] * audio_tokens(segment["audio_seqlen"])
+            ids += [AUDIO_ID] * tokens_of(segment["audio_seqlen"])
             ids.append(AUDIO_END)
             continue
         t, h, w = segment[kind]
         vision = [IMAGE_ID if kind == "image" else VIDEO_ID] * (t * (h // merge) * (w // merge))
         if "audio_seqlen" in segment:
-            ids += [VISION_START, AUDIO_START, *vision, *[AUDIO_ID] * audio_tokens(segment["audio_seqlen"])]
+            ids += [VISION_START, AUDIO_START, *vision, *[AUDIO_ID] * tokens_of(segment["audio_seqlen"])]
             ids += [AUDIO_END, VISION_END]
         else:
             ids[-1] = VISION_START
@@ -85,9 +120,15 @@ def _row_ids(row: list[dict[str, Any]], merge: int) -> list[int]:
 
 
 def render_omni(
-    rows: list[list[dict[str, Any]]], merge: int, *, use_audio_in_video: bool, pads: list[int], left: bool
+    rows: list[list[dict[str, Any]]],
+    merge: int,
+    *,
+    use_audio_in_video: bool,
+    pads: list[int],
+    left: bool,
+    tokens_of: Any = audio_tokens,
 ) -> OmniBatch:
-    id_rows = [_row_ids(row, merge) for row in rows]
+    id_rows = [_row_ids(row, merge, tokens_of) for row in rows]
     width = max(len(r) + p for r, p in zip(id_rows, pads, strict=True))
     ids = torch.full((len(rows), width), TEXT_ID, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -112,7 +153,9 @@ def render_omni(
     )
 
 
-def as_segments(rows: list[list[dict[str, Any]]], merge: int) -> list[list[dict[str, Any]]]:
+def as_segments(
+    rows: list[list[dict[str, Any]]], merge: int, tokens_of: Any = audio_tokens
+) -> list[list[dict[str, Any]]]:
     """The ropeserve segment form of the rows (audio as token counts; markers of audio-in-video inside)."""
     out = []
     for row in rows:
@@ -123,7 +166,7 @@ def as_segments(rows: list[list[dict[str, Any]]], merge: int) -> list[list[dict[
                 continue
             rest = {k: v for k, v in segment.items() if k != "audio_seqlen"}
             if "audio_seqlen" in segment:
-                rest["audio"] = audio_tokens(segment["audio_seqlen"])
+                rest["audio"] = tokens_of(segment["audio_seqlen"])
             converted.append(rest)
             if "video" not in segment or "audio_seqlen" not in segment:
                 converted.append({"text": 1})  # the end marker render_omni adds

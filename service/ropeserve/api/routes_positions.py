@@ -225,7 +225,12 @@ def _hunyuan_vl_prefill(body: MRopePositionsRequest, family: str, merge: int | N
     )
 
 
-SPECIAL_PREFILLS = {"qwen2_5_omni": _omni_prefill, "glm_image": _glm_image_prefill, "hunyuan_vl": _hunyuan_vl_prefill}
+SPECIAL_PREFILLS = {
+    "qwen2_5_omni": _omni_prefill,
+    "qwen3_omni_moe": _omni_prefill,
+    "glm_image": _glm_image_prefill,
+    "hunyuan_vl": _hunyuan_vl_prefill,
+}
 """Families with their own position function (beyond the shared block engine)."""
 
 

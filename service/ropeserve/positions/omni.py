@@ -1,4 +1,4 @@
-"""Qwen2.5-Omni M-RoPE positions: text, images, videos, audio, and audio interleaved with its video.
+"""Qwen2.5-Omni and Qwen3-Omni M-RoPE positions: text, images, videos, audio, and audio interleaved with its video.
 
 Reproduces transformers 5.24 ``Qwen2_5OmniPreTrainedModelForConditionalGeneration.get_rope_index`` (every compat
 choice gives the same ids: the Omni function is its own reference). Each block starts at the largest position of the
@@ -12,6 +12,11 @@ the video's tokens (with their times) and the audio's (``p + 1 + a``) are cut in
 at most once per token), and emitted video chunk 0, audio chunk 0, video chunk 1, ...; the two closing tokens sit at
 the largest position of the last chunk + 1.
 
+Qwen3-Omni (``Qwen3OmniMoePreTrainedModelForConditionalGeneration.get_rope_index``) keeps its positions in float32:
+``T = start + k * s * pps`` is not truncated, every block starts at the previous piece's largest position + 1 (even
+when fractional), markers advance like text, and a video's tokens merge with its audio's by position (video first on
+ties) instead of by chunks; padded slots are 0 and the deltas float32.
+
 Segment form: ``{"text": n}``, ``{"image": [t, h, w]}``, ``{"video": [t, h, w], "second_per_grid_t": s}``,
 ``{"audio": n}`` (``n`` audio tokens; the start/end markers around them are text), and
 ``{"video": [t, h, w], "second_per_grid_t": s, "audio": n}``: a video with its audio, *including* its two opening and
@@ -20,7 +25,7 @@ two closing markers (``4 + video tokens + n`` tokens).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,17 +68,26 @@ class OmniFamily:
     video_token_id: int
     audio_token_id: int
     fill_value: int
-    """Padded slots: Qwen2.5-Omni's ``get_rope_index`` starts from ``torch.ones``, so 1."""
+    """Padded slots: Qwen2.5-Omni's ``get_rope_index`` starts from ``torch.ones`` (1), Qwen3-Omni's from zeros."""
+    audio_window: int | None = None
+    """Qwen3-Omni: the audio encoder's ``n_window`` (its token count formula); None: Qwen2.5-Omni's formula."""
 
 
 OMNI_FAMILIES: dict[str, OmniFamily] = {
     "qwen2_5_omni": OmniFamily("qwen2_5_omni", 2, 25, 2, 151655, 151656, 151646, 1),
+    "qwen3_omni_moe": OmniFamily("qwen3_omni_moe", 2, 25, 2, 151655, 151656, 151646, 0, audio_window=50),
 }
 
 
-def omni_audio_tokens(seqlen: int) -> int:
-    """Audio tokens of ``seqlen`` input feature frames: ``((seqlen - 1) // 2 + 1 - 2) // 2 + 1`` (Qwen2.5-Omni)."""
-    return ((seqlen - 1) // 2 + 1 - 2) // 2 + 1
+def omni_audio_tokens(seqlen: int, audio_window: int | None = None) -> int:
+    """Audio tokens of ``seqlen`` input feature frames: Qwen2.5-Omni ``((seqlen - 1) // 2 + 1 - 2) // 2 + 1``;
+    Qwen3-Omni (``audio_window`` = its ``n_window``) the same three halvings per ``2 * n_window`` chunk, 13 tokens
+    for each whole chunk."""
+    if audio_window is None:
+        return ((seqlen - 1) // 2 + 1 - 2) // 2 + 1
+    chunk = audio_window * 2
+    feat = (seqlen % chunk - 1) // 2 + 1
+    return ((feat - 1) // 2 + 1 - 1) // 2 + 1 + (seqlen // chunk) * 13
 
 
 @dataclass(frozen=True)
@@ -250,6 +264,141 @@ def _layout_rows(rows: object, settings: _Settings, limit: int) -> list[np.ndarr
     return out
 
 
+# ------------------------------------------------------------------------------------------------ Qwen3-Omni
+def _qwen3_items(segments: object, b: int, settings: _Settings, limit: int) -> list[tuple]:
+    """Validated segments of one row as ``("text", n)``, ``("image", t, h, w)``, ``("video", t, h, w, s)``,
+    ``("audio", n)`` or ``("av", t, h, w, s, n)`` (merged sizes); token count checked against ``limit``."""
+    if isinstance(segments, str | bytes | Mapping) or not isinstance(segments, Sequence):
+        raise InvalidInput(f"rows[{b}] must be a list of segments", field=f"rows[{b}]")
+    items: list[tuple] = []
+    tokens = 0
+    for i, segment in enumerate(segments):
+        field = f"rows[{b}].segments[{i}]"
+        if not isinstance(segment, Mapping) or not segment or set(segment) - _KEYS:
+            raise InvalidInput(f"{field} must be an object with text, image, video and/or audio", field=field)
+        keys = set(segment) - {"second_per_grid_t"}
+        if keys == {"text"} and len(segment) == 1:
+            item: tuple = ("text", _count(segment["text"], field, 0))
+            size = item[1]
+        elif keys == {"audio"} and len(segment) == 1:
+            item = ("audio", _count(segment["audio"], field, 1))
+            size = item[1]
+        elif keys == {"image"} and len(segment) == 1:
+            item = ("image", *_grid(segment["image"], field, settings.merge, "image"))
+            size = item[1] * item[2] * item[3]
+        elif keys in ({"video"}, {"video", "audio"}):
+            grid = _grid(segment["video"], field, settings.merge, "video")
+            seconds = require_finite_float(segment.get("second_per_grid_t", 1.0), field, minimum=0.0)
+            _frame_times(grid[0], torch.tensor(seconds, dtype=torch.float32), settings.pps, field)  # range check
+            size = grid[0] * grid[1] * grid[2]
+            if "audio" in segment:
+                audio = _count(segment["audio"], field, 1)
+                item, size = ("av", *grid, seconds, audio), size + audio + 4
+            else:
+                item = ("video", *grid, seconds)
+        else:
+            raise InvalidInput(f"{field}: unexpected combination of keys {sorted(segment)}", field=field)
+        tokens += size
+        check_element_limit(tokens, limit, "tokens of a row", field=field)
+        items.append(item)
+    return items
+
+
+def _qwen3_vision(start: object, t: int, h: int, w: int, times: torch.Tensor) -> torch.Tensor:
+    """``get_llm_pos_ids_for_vision``: float32 T/H/W of a vision block, plus ``start``."""
+    h_index = torch.arange(h).view(1, -1, 1).expand(t, -1, w).flatten().float()
+    w_index = torch.arange(w).view(1, 1, -1).expand(t, h, -1).flatten().float()
+    t_index = torch.Tensor(times).view(-1, 1).expand(-1, h * w).flatten().float()
+    return torch.stack([t_index, h_index, w_index]) + start
+
+
+def _arange_from(count: int, start: object) -> torch.Tensor:
+    return torch.arange(count).view(1, -1).expand(3, -1) + start
+
+
+def _qwen3_block(pieces: list[torch.Tensor], item: tuple, start: object, pps: int | float) -> None:
+    """Append the pieces of one image / video / audio / audio-in-video block starting at ``start``."""
+    kind = item[0]
+    if kind == "audio":
+        pieces.append(_arange_from(item[1], start))
+        return
+    t, h, w = item[1:4]
+    if kind == "image":
+        pieces.append(_qwen3_vision(start, t, h, w, (torch.arange(t) * 1 * pps).float()))
+        return
+    times = (torch.arange(t) * torch.tensor(item[4], dtype=torch.float32) * pps).float()
+    video = _qwen3_vision(start, t, h, w, times)
+    if kind == "video":
+        pieces.append(video)
+        return
+    audio = _arange_from(item[5], start)
+    # transformers merges one token at a time, video first on ties: a stable sort of the two T rows in float32
+    keys = torch.cat([video[0], audio[0].float()])
+    order = torch.sort(keys, stable=True).indices
+    merged = torch.cat([video, audio.float()], dim=1)[:, order]
+    from_video = order < video.shape[1]
+    # the loop stops once one side is used up; the other side's rest is appended as one piece (the last one)
+    stop = min(int(from_video.nonzero().max()), int((~from_video).nonzero().max()))
+    pieces.append(merged[:, : stop + 1])
+    if stop + 1 < merged.shape[1]:
+        rest = merged[:, stop + 1 :]
+        pieces.append(rest if bool(from_video[stop + 1]) else rest.to(audio.dtype))
+    else:  # the last token appended alone keeps its own dtype
+        last = merged[:, stop:]
+        pieces[-1] = merged[:, :stop]
+        pieces.append(last if bool(from_video[stop]) else last.to(audio.dtype))
+
+
+def _qwen3_row(items: list[tuple], settings: _Settings, b: int) -> torch.Tensor:
+    """``[3, n]`` float32 positions of one row, in transformers' order of float operations."""
+    pieces: list[torch.Tensor] = []
+    pending, eos_in_text = 0, 0
+    for item in items:
+        if item[0] == "text":
+            pending += item[1]
+            continue
+        compound = item[0] == "av"
+        prefix = pending - eos_in_text - (0 if compound else 1)
+        if prefix < 0:
+            raise InvalidInput(
+                f"rows[{b}]: a block needs its start marker (and the block before it its end marker) as text",
+                field=f"rows[{b}]",
+            )
+        start = pieces[-1].max() + 1 if pieces else 0
+        if prefix:
+            pieces.append(_arange_from(prefix, start))
+            start = start + prefix
+        markers = 2 if compound else 1
+        pieces.append(_arange_from(markers, start))
+        _qwen3_block(pieces, item, start + markers, settings.pps)
+        pieces.append(_arange_from(markers, pieces[-1].max() + 1))
+        pending, eos_in_text = 0, (0 if compound else 1)
+    tail = pending - eos_in_text
+    if tail < 0:
+        raise InvalidInput(f"rows[{b}]: the last block needs its end marker as text", field=f"rows[{b}]")
+    if tail:
+        pieces.append(_arange_from(tail, pieces[-1].max() + 1 if pieces else 0))
+    return torch.cat([piece.float() for piece in pieces], dim=1) if pieces else torch.zeros((3, 0))
+
+
+def _qwen3_assemble(rows: list[torch.Tensor], mask: np.ndarray, fill_value: float) -> MRopePositions:
+    """Qwen3-Omni's float32 ``[3, B, L]`` (padded slots ``fill_value``) and float32 deltas."""
+    mask_t = torch.from_numpy(mask)
+    positions = torch.full((3, *mask.shape), float(fill_value), dtype=torch.float32)
+    deltas = torch.zeros((mask.shape[0], 1), dtype=torch.float32)
+    for b, row in enumerate(rows):
+        positions[:, b, mask_t[b]] = row
+        if row.shape[1]:
+            deltas[b, 0] = row.max() + 1 - row.shape[1]
+    return MRopePositions(positions, deltas, mask_t)
+
+
+def _layout_qwen3(rows: object, settings: _Settings, limit: int) -> list[torch.Tensor]:
+    if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
+        raise InvalidInput("rows must be a list of segment lists", field="rows")
+    return [_qwen3_row(_qwen3_items(segments, b, settings, limit), settings, b) for b, segments in enumerate(rows)]
+
+
 def _assemble(rows: list[np.ndarray], mask: np.ndarray, fill_value: int) -> MRopePositions:
     """Scatter each row's positions into the real slots of a ``[3, B, L]`` tensor filled with ``fill_value``."""
     num_rows, width = mask.shape
@@ -279,13 +428,21 @@ def omni_positions_from_segments(
         raise InvalidInput(f"padding_side must be 'left' or 'right', got {padding_side!r}", field="padding_side")
     spec, settings = _settings(family, spatial_merge_size, position_id_per_seconds, seconds_per_chunk)
     limit = MAX_ELEMENTS if max_tokens is None else min(max_tokens, MAX_ELEMENTS)
-    laid_out = _layout_rows(rows, settings, limit)
+    layout, assemble = LAYOUTS[spec.name]
+    laid_out = layout(rows, settings, limit)
     lengths = np.array([row.shape[1] for row in laid_out], dtype=np.int64)
     width = int(lengths.max(initial=0))
     check_element_limit(len(laid_out) * width, max_tokens, "M-RoPE position slots", "rows")
     columns = np.arange(width)[None, :]
     mask = columns >= width - lengths[:, None] if padding_side == "left" else columns < lengths[:, None]
-    return _assemble(laid_out, mask, spec.fill_value if fill_value is None else fill_value)
+    return assemble(laid_out, mask, spec.fill_value if fill_value is None else fill_value)
+
+
+LAYOUTS: dict[str, tuple[Callable[..., list], Callable[..., MRopePositions]]] = {
+    "qwen2_5_omni": (_layout_rows, _assemble),
+    "qwen3_omni_moe": (_layout_qwen3, _qwen3_assemble),
+}
+"""Omni family -> (rows -> per-row positions, assembly into the padded batch)."""
 
 
 # ------------------------------------------------------------------------------------------------ token form
@@ -407,7 +564,7 @@ def omni_positions_from_tokens(
     kinds = np.zeros(ids.shape, dtype=np.int64)
     for token, kind in token_ids:
         kinds[ids == token] = kind
-    inputs = _inputs(image_grid_thw, video_grid_thw, second_per_grid_ts, audio_seqlens)
+    inputs = _inputs(image_grid_thw, video_grid_thw, second_per_grid_ts, audio_seqlens, spec.audio_window)
     rows = [
         _row_segments(kinds[b][mask[b]], inputs, use_audio_in_video, settings.merge, b) for b in range(ids.shape[0])
     ]
@@ -419,8 +576,8 @@ def omni_positions_from_tokens(
     ):
         if used != len(items):
             raise InvalidInput(f"{name} has {len(items)} entries but the tokens use {used}", field=name)
-    laid_out = _layout_rows(rows, settings, MAX_ELEMENTS)
-    return _assemble(laid_out, mask, spec.fill_value if fill_value is None else fill_value)
+    layout, assemble = LAYOUTS[spec.name]
+    return assemble(layout(rows, settings, MAX_ELEMENTS), mask, spec.fill_value if fill_value is None else fill_value)
 
 
 def _inputs(
@@ -428,6 +585,7 @@ def _inputs(
     video_grid_thw: IntsLike | None,
     second_per_grid_ts: FloatsLike | None,
     audio_seqlens: IntsLike | None,
+    audio_window: int | None,
 ) -> _Inputs:
     images = [] if image_grid_thw is None else as_long_array(image_grid_thw, "image_grid_thw", ndim=2).tolist()
     videos = [] if video_grid_thw is None else as_long_array(video_grid_thw, "video_grid_thw", ndim=2).tolist()
@@ -449,4 +607,5 @@ def _inputs(
             raise InvalidInput(
                 f"audio_seqlens[{i}] is {length}; it must be in [1, {MAX_ELEMENTS}]", field=f"audio_seqlens[{i}]"
             )
-    return _Inputs(images, videos, seconds, [omni_audio_tokens(length) for length in lengths], [0, 0, 0])
+    tokens = [omni_audio_tokens(length, audio_window) for length in lengths]
+    return _Inputs(images, videos, seconds, tokens, [0, 0, 0])

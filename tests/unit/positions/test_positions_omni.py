@@ -9,7 +9,14 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from omni_oracle import as_segments, hf_omni_get_rope_index, omni_rows, render_omni
+from omni_oracle import (
+    as_segments,
+    audio_tokens_qwen3,
+    hf_omni_get_rope_index,
+    hf_qwen3_omni_get_rope_index,
+    omni_rows,
+    render_omni,
+)
 
 from ropeserve.errors import InvalidInput
 from ropeserve.positions.omni import omni_audio_tokens, omni_positions_from_segments, omni_positions_from_tokens
@@ -95,7 +102,7 @@ def test_audio_token_formula() -> None:
         ({"rows": [[{"text": 1}]], "position_id_per_seconds": float("inf")}, "position_id_per_seconds"),
         ({"rows": [[{"text": 1}]], "seconds_per_chunk": 0}, "seconds_per_chunk"),
         ({"rows": [[{"text": 1}]], "seconds_per_chunk": -1}, "seconds_per_chunk"),
-        ({"rows": [[{"text": 1}]], "family": "qwen3_omni_moe"}, "family"),
+        ({"rows": [[{"text": 1}]], "family": "qwen9_omni"}, "family"),
     ],
 )
 def test_omni_bad_input_is_invalid_input(kwargs: dict[str, Any], field: str | None) -> None:
@@ -116,3 +123,42 @@ def test_omni_token_form_errors_name_the_row() -> None:
     assert raised.value.field == "image_grid_thw"
     with pytest.raises(InvalidInput):
         omni_positions_from_tokens(input_ids=ids, image_grid_thw=[[1, 2, 4]], audio_seqlens=[10**30])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases())
+def test_qwen3_omni_matches_transformers_get_rope_index(case: dict[str, Any]) -> None:
+    """Float32 positions: fractional video times, blocks after fractional maxima, audio merged by position."""
+    batch = render_omni(
+        case["rows"],
+        case["merge"],
+        use_audio_in_video=case["use_audio_in_video"],
+        pads=case["pads"],
+        left=case["left"],
+        tokens_of=audio_tokens_qwen3,
+    )
+    expected_ids, expected_deltas = hf_qwen3_omni_get_rope_index(batch, merge=case["merge"], pps=case["pps"])
+    ours = omni_positions_from_tokens(
+        family="qwen3_omni_moe",
+        input_ids=batch.input_ids,
+        image_grid_thw=batch.image_grid_thw,
+        video_grid_thw=batch.video_grid_thw,
+        second_per_grid_ts=batch.second_per_grid_ts,
+        audio_seqlens=batch.audio_seqlens,
+        attention_mask=batch.attention_mask,
+        use_audio_in_video=case["use_audio_in_video"],
+        spatial_merge_size=case["merge"],
+        position_id_per_seconds=case["pps"],
+    )
+    assert ours.position_ids.dtype == expected_ids.dtype == torch.float32
+    assert torch.equal(ours.position_ids, expected_ids)
+    assert torch.equal(ours.mrope_position_deltas, expected_deltas)
+    segments = omni_positions_from_segments(
+        as_segments(case["rows"], case["merge"], audio_tokens_qwen3),
+        family="qwen3_omni_moe",
+        spatial_merge_size=case["merge"],
+        position_id_per_seconds=case["pps"],
+        padding_side="left" if case["left"] else "right",
+    )
+    real = batch.attention_mask.bool()
+    assert torch.equal(segments.position_ids[:, segments.attention_mask], expected_ids[:, real])
