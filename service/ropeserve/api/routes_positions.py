@@ -172,7 +172,7 @@ class MRopePositionsRequest(MRopeModel):
 
 def _omni_prefill(body: MRopePositionsRequest, family: str, merge: int | None, limit: int) -> Any:
     """Qwen2.5-Omni: segment rows or ``input_ids`` + grids + ``audio_seqlens`` (no ``mm_token_type_ids``)."""
-    options = {
+    options: dict[str, Any] = {
         "family": family,
         "spatial_merge_size": merge,
         "position_id_per_seconds": body.position_id_per_seconds,

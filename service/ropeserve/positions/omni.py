@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -304,7 +305,11 @@ def _qwen3_items(segments: object, b: int, settings: _Settings, limit: int) -> l
     return items
 
 
-def _qwen3_vision(start: object, t: int, h: int, w: int, times: torch.Tensor) -> torch.Tensor:
+Start = int | torch.Tensor
+"""A block's start as transformers holds it: 0 (a Python int) or a 0-d int64/float32 tensor."""
+
+
+def _qwen3_vision(start: Start, t: int, h: int, w: int, times: torch.Tensor) -> torch.Tensor:
     """``get_llm_pos_ids_for_vision``: float32 T/H/W of a vision block, plus ``start``."""
     h_index = torch.arange(h).view(1, -1, 1).expand(t, -1, w).flatten().float()
     w_index = torch.arange(w).view(1, 1, -1).expand(t, h, -1).flatten().float()
@@ -312,11 +317,11 @@ def _qwen3_vision(start: object, t: int, h: int, w: int, times: torch.Tensor) ->
     return torch.stack([t_index, h_index, w_index]) + start
 
 
-def _arange_from(count: int, start: object) -> torch.Tensor:
+def _arange_from(count: int, start: Start) -> torch.Tensor:
     return torch.arange(count).view(1, -1).expand(3, -1) + start
 
 
-def _qwen3_block(pieces: list[torch.Tensor], item: tuple, start: object, pps: int | float) -> None:
+def _qwen3_block(pieces: list[torch.Tensor], item: tuple, start: Start, pps: int | float) -> None:
     """Append the pieces of one image / video / audio / audio-in-video block starting at ``start``."""
     kind = item[0]
     if kind == "audio":
@@ -465,7 +470,7 @@ class _Inputs:
     used: list[int]  # images, videos, audios consumed so far
 
 
-def _take(items: list, used: list[int], slot: int, name: str, field: str) -> object:
+def _take(items: list, used: list[int], slot: int, name: str, field: str) -> Any:
     if used[slot] >= len(items):
         raise InvalidInput(f"{field}: more {name} runs than entries in {name}", field=field)
     used[slot] += 1
@@ -568,12 +573,8 @@ def omni_positions_from_tokens(
     rows = [
         _row_segments(kinds[b][mask[b]], inputs, use_audio_in_video, settings.merge, b) for b in range(ids.shape[0])
     ]
-    for used, items, name in zip(
-        inputs.used,
-        (inputs.images, inputs.videos, inputs.audio_tokens),
-        ("image_grid_thw", "video_grid_thw", "audio_seqlens"),
-        strict=True,
-    ):
+    entries: tuple[list, ...] = (inputs.images, inputs.videos, inputs.audio_tokens)
+    for used, items, name in zip(inputs.used, entries, ("image_grid_thw", "video_grid_thw", "audio_seqlens"), strict=True):
         if used != len(items):
             raise InvalidInput(f"{name} has {len(items)} entries but the tokens use {used}", field=name)
     layout, assemble = LAYOUTS[spec.name]
