@@ -574,11 +574,26 @@ def omni_positions_from_tokens(
         _row_segments(kinds[b][mask[b]], inputs, use_audio_in_video, settings.merge, b) for b in range(ids.shape[0])
     ]
     entries: tuple[list, ...] = (inputs.images, inputs.videos, inputs.audio_tokens)
-    for used, items, name in zip(inputs.used, entries, ("image_grid_thw", "video_grid_thw", "audio_seqlens"), strict=True):
+    names = ("image_grid_thw", "video_grid_thw", "audio_seqlens")
+    for used, items, name in zip(inputs.used, entries, names, strict=True):
         if used != len(items):
             raise InvalidInput(f"{name} has {len(items)} entries but the tokens use {used}", field=name)
+    if image_grid_thw is None and video_grid_thw is None:
+        return _without_grids(mask, float_positions=spec.audio_window is not None)
     layout, assemble = LAYOUTS[spec.name]
     return assemble(layout(rows, settings, MAX_ELEMENTS), mask, spec.fill_value if fill_value is None else fill_value)
+
+
+def _without_grids(mask: np.ndarray, *, float_positions: bool) -> MRopePositions:
+    """transformers' branch for a batch without image or video grids (text and audio only): ``cumsum(mask) - 1``,
+    padded slots 1, deltas from the row maximum padded slots included."""
+    mask_t = torch.from_numpy(mask)
+    counts = mask_t.sum(dim=-1, keepdim=True)
+    positions = (mask_t.float() if float_positions else mask_t.long()).cumsum(-1) - 1
+    positions.masked_fill_(~mask_t, 1)
+    positions = positions.unsqueeze(0).expand(3, -1, -1).contiguous()
+    deltas = positions.max(0)[0].max(-1, keepdim=True)[0] + 1 - counts
+    return MRopePositions(positions, deltas, mask_t)
 
 
 def _inputs(

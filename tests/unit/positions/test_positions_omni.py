@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omni_oracle import (
     as_segments,
+    audio_tokens,
     audio_tokens_qwen3,
     hf_omni_get_rope_index,
     hf_qwen3_omni_get_rope_index,
@@ -162,3 +163,23 @@ def test_qwen3_omni_matches_transformers_get_rope_index(case: dict[str, Any]) ->
     )
     real = batch.attention_mask.bool()
     assert torch.equal(segments.position_ids[:, segments.attention_mask], expected_ids[:, real])
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni_moe"])
+def test_batch_without_grids_takes_transformers_text_branch(family: str) -> None:
+    """No image or video grid: transformers numbers real tokens 0.., puts 1 in padded slots and counts them in the
+    row maximum (a one-token row gets delta 1)."""
+    qwen3 = family == "qwen3_omni_moe"
+    rows = [[{"text": 1}, {"audio_seqlen": 9}, {"text": 1}], [{"text": 1}]]
+    tokens_of = audio_tokens_qwen3 if qwen3 else audio_tokens
+    batch = render_omni(rows, 2, use_audio_in_video=False, pads=[0, 0], left=True, tokens_of=tokens_of)
+    if qwen3:
+        expected_ids, expected_deltas = hf_qwen3_omni_get_rope_index(batch, merge=2, pps=25)
+    else:
+        expected_ids, expected_deltas = hf_omni_get_rope_index(batch, merge=2, pps=25, seconds_per_chunk=2)
+    ours = omni_positions_from_tokens(
+        family=family, input_ids=batch.input_ids, audio_seqlens=batch.audio_seqlens, attention_mask=batch.attention_mask
+    )
+    assert torch.equal(ours.position_ids, expected_ids)
+    assert torch.equal(ours.mrope_position_deltas, expected_deltas)
+    assert int(ours.mrope_position_deltas[1, 0]) == 1
