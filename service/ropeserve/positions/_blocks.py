@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ropeserve.errors import InvalidInput
 from ropeserve.positions._common import tensor_on
 from ropeserve.positions.families import COMPAT_RULES, MRopeCompat
 
@@ -87,15 +88,38 @@ def frame_strides(kind: np.ndarray, thw: np.ndarray) -> np.ndarray:
     return np.where(is_vision, thw[:, 1:].max(axis=1), 0)
 
 
-def _temporal_offsets(frames: np.ndarray, time_step: np.ndarray | None, time_scale: float | None = None) -> np.ndarray:
-    """``floor((frame * step) * scale)`` exactly as the reproduced code: torch float multiplies in the step's dtype
-    (the scale a Python float), then ``.long()``."""
-    if time_step is None:
-        return frames
+MAX_TIME_OFFSET = 2**53
+"""Largest temporal offset a video frame may reach (beyond it float time stops being exact, and far beyond it
+``.long()`` would wrap)."""
+
+
+def _scaled_frames(frames: np.ndarray, time_step: np.ndarray, time_scale: float | None) -> torch.Tensor:
+    """``(frame * step) * scale`` as float tensors: torch multiplies in the step's dtype (the scale a Python float)."""
     step = torch.from_numpy(time_step)
     scaled = torch.from_numpy(frames).to(step.dtype) * step
-    if time_scale is not None:
-        scaled = scaled * time_scale
+    return scaled if time_scale is None else scaled * time_scale
+
+
+def _temporal_offsets(frames: np.ndarray, time_step: np.ndarray | None, time_scale: float | None = None) -> np.ndarray:
+    """``floor((frame * step) * scale)`` exactly as the reproduced code, then ``.long()`` (checked by
+    :func:`_extents` on each block's last frame first)."""
+    if time_step is None:
+        return frames
+    return _scaled_frames(frames, time_step, time_scale).long().numpy()
+
+
+def _last_frame_offsets(blocks: Blocks) -> np.ndarray:
+    """``[G]`` temporal offset of each block's last frame; raises when one is not finite or past MAX_TIME_OFFSET
+    (every frame's offset is at most the last one's: steps are >= 0)."""
+    assert blocks.time_step is not None
+    scaled = _scaled_frames(blocks.thw[:, 0] - 1, blocks.time_step, blocks.time_scale)
+    bad = ~torch.isfinite(scaled) | (scaled > MAX_TIME_OFFSET)
+    if bool(bad.any()):
+        raise InvalidInput(
+            f"a video's temporal position offset (frame × tokens_per_second × second_per_grid_t) is "
+            f"{float(scaled[bad][0])}; it must be finite and at most 2**53",
+            field="tokens_per_second",
+        )
     return scaled.long().numpy()
 
 
@@ -106,7 +130,7 @@ def _extents(blocks: Blocks) -> np.ndarray:
         return np.maximum(blocks.thw.max(axis=1) - 1, strided)
     if blocks.time_step is None:
         return blocks.thw.max(axis=1) - 1
-    last_frame = _temporal_offsets(blocks.thw[:, 0] - 1, blocks.time_step, blocks.time_scale)
+    last_frame = _last_frame_offsets(blocks)
     return np.maximum(last_frame, blocks.thw[:, 1:].max(axis=1) - 1)
 
 

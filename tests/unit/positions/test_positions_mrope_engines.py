@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from positions_oracle import IMAGE_ID, TEXT_ID, VIDEO_ID, render_tokens, segment_rows
 
+from ropeserve.errors import InvalidInput
 from ropeserve.positions import mrope_positions_from_segments, mrope_positions_from_tokens
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -160,3 +161,22 @@ def test_engines_keep_an_image_with_several_frames_at_its_start_time() -> None:
     engine = mrope_positions_from_segments(rows, compat="vllm", **kwargs).position_ids[0, 0]
     assert transformers.tolist() == [0, 1, 2, 3, 4, 5]
     assert engine.tolist() == [0, 1, 1, 1, 2, 3]
+
+
+@pytest.mark.parametrize("compat", ["transformers5", "transformers4", "vllm", "sglang"])
+@pytest.mark.parametrize(("tps", "seconds"), [(1e308, 1.0), (3e38, 1e10), (2.0, 1e30), (1e308, 0.0)])
+def test_overflowing_video_time_is_invalid_input_not_a_wrapped_number(compat: str, tps: float, seconds: float) -> None:
+    """A float32 time of inf / NaN / beyond 2**53 used to come back as a wrapped int64 position."""
+    rows = [[{"text": 1}, {"video": [3, 2, 2], "second_per_grid_t": seconds}]]
+    with pytest.raises(InvalidInput) as raised:
+        mrope_positions_from_segments(rows, family="qwen2_5_vl", tokens_per_second=tps, compat=compat)
+    assert raised.value.field == "tokens_per_second"
+    with pytest.raises(InvalidInput):
+        mrope_positions_from_tokens(
+            family="qwen2_5_vl",
+            mm_token_type_ids=[[0] + [2] * 3],
+            video_grid_thw=[[3, 2, 2]],
+            second_per_grid_ts=[seconds],
+            tokens_per_second=tps,
+            compat=compat,
+        )
