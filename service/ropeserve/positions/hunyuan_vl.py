@@ -32,15 +32,6 @@ class XdRopePositions:
     """``[B, 1]`` int64."""
 
 
-def _compact(types: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Real tokens in row-major order: ``(types [N], row start [B], row length [B], index within its row [N])``."""
-    lengths = mask.sum(axis=1)
-    starts = np.cumsum(lengths) - lengths
-    compact = types[mask]
-    index = np.arange(compact.size) - np.repeat(starts, lengths)
-    return compact, starts, lengths, index
-
-
 def _image_runs(compact: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(first [R], length [R])`` of the maximal runs of image tokens (type 1), never crossing a row start."""
     is_image = compact == 1
@@ -77,17 +68,16 @@ def hunyuan_vl_positions(
         mask = as_mask_array(attention_mask, "attention_mask")[0]
         if mask.shape != types.shape:
             raise InvalidInput(f"attention_mask has shape {mask.shape}, tokens {types.shape}", field="attention_mask")
-    compact, starts, lengths, index = _compact(types, mask)
-    values = np.broadcast_to(index, (axes, index.size)).copy()
+    lengths = mask.sum(axis=1)
+    starts = np.cumsum(lengths) - lengths
+    positions = np.empty((axes, rows, width), dtype=np.int64)
+    positions[:] = np.where(mask, np.cumsum(mask, axis=1) - 1, 0)  # 1-D index among the row's real tokens
     if image_grid_thw is not None:
-        _place_images(values, compact, starts, _grids(image_grid_thw), merge)
-    positions = np.zeros((axes, rows, width), dtype=np.int64)
-    positions.reshape(axes, -1)[:, np.flatnonzero(mask.reshape(-1))] = values
+        slots = np.flatnonzero(mask.reshape(-1))  # compact index -> slot of the padded batch
+        _place_images(positions.reshape(axes, -1), types[mask], starts, _grids(image_grid_thw), merge, slots)
     deltas = np.zeros((rows, 1), dtype=np.int64)
     filled = lengths > 0
-    if filled.any():
-        row_max = np.maximum.reduceat(values.max(axis=0), starts[filled])
-        deltas[filled, 0] = row_max + 1 - lengths[filled]
+    deltas[filled, 0] = positions.max(axis=(0, 2))[filled] + 1 - lengths[filled]
     return XdRopePositions(torch.from_numpy(positions), torch.from_numpy(deltas))
 
 
@@ -98,8 +88,11 @@ def _grids(image_grid_thw: IntsLike) -> np.ndarray:
     return grids
 
 
-def _place_images(values: np.ndarray, compact: np.ndarray, starts: np.ndarray, grids: np.ndarray, merge: int) -> None:
-    """Write each image grid's column / row / image index into the last three axes of ``values`` ``[A, N]``."""
+def _place_images(
+    values: np.ndarray, compact: np.ndarray, starts: np.ndarray, grids: np.ndarray, merge: int, slots: np.ndarray
+) -> None:
+    """Write each image grid's column / row / image index into the last three axes of ``values`` ``[A, B*L]``
+    (``slots``: the batch slot of each real token, runs found among the real tokens ``compact``)."""
     first, length = _image_runs(compact, starts)
     if first.size != grids.shape[0]:
         raise InvalidInput(
@@ -122,9 +115,9 @@ def _place_images(values: np.ndarray, compact: np.ndarray, starts: np.ndarray, g
     grid_start = first + (length - tokens) // 2
     image_of = np.repeat(np.arange(first.size), tokens)
     local = np.arange(image_of.size) - np.repeat(np.cumsum(tokens) - tokens, tokens)
-    slots = np.repeat(grid_start, tokens) + local
+    targets = slots[np.repeat(grid_start, tokens) + local]
     row_length = w[image_of]
     axes = values.shape[0]
-    values[axes - 3, slots] = local % row_length
-    values[axes - 2, slots] = local // row_length
-    values[axes - 1, slots] = image_of
+    values[axes - 3, targets] = local % row_length
+    values[axes - 2, targets] = local // row_length
+    values[axes - 1, targets] = image_of
