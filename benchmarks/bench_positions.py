@@ -200,20 +200,16 @@ def omni_workload(audio_window: int | None = None) -> dict[str, Any]:
     }
 
 
-def transformers_omni(w: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-    config = types.SimpleNamespace(
-        image_token_id=OMNI_IDS["image"],
-        video_token_id=OMNI_IDS["video"],
-        audio_token_id=OMNI_IDS["audio"],
-        vision_start_token_id=OMNI_IDS["vision_start"],
-        audio_start_token_id=OMNI_IDS["audio_start"],
-        position_id_per_seconds=25,
-        seconds_per_chunk=2,
+def _omni_get_rope_index(model: Any, w: dict[str, Any], **config: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``model.get_rope_index`` unbound on a stand-in ``self`` (token ids above, pps 25, ``config`` extras)."""
+    ids = {f"{name}_token_id": value for name, value in OMNI_IDS.items()}
+    stand_in = types.SimpleNamespace(
+        config=types.SimpleNamespace(**ids, position_id_per_seconds=25, **config), spatial_merge_size=MERGE
     )
-    stand_in = types.SimpleNamespace(config=config, spatial_merge_size=MERGE)
-    stand_in.get_llm_pos_ids_for_vision = types.MethodType(OMNI_MODEL.get_llm_pos_ids_for_vision, stand_in)
-    stand_in.get_chunked_index = types.MethodType(OMNI_MODEL.get_chunked_index, stand_in)
-    return OMNI_MODEL.get_rope_index(
+    for helper in ("get_llm_pos_ids_for_vision", "get_chunked_index"):
+        if hasattr(model, helper):
+            setattr(stand_in, helper, types.MethodType(getattr(model, helper), stand_in))
+    return model.get_rope_index(
         stand_in,
         w["input_ids"],
         image_grid_thw=w["image_grid_thw"],
@@ -223,35 +219,19 @@ def transformers_omni(w: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         audio_seqlens=w["audio_seqlens"],
         second_per_grids=w["second_per_grid_ts"],
     )
+
+
+def transformers_omni(w: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    return _omni_get_rope_index(OMNI_MODEL, w, seconds_per_chunk=2)
+
+
+def transformers_qwen3_omni(w: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    return _omni_get_rope_index(OMNI3_MODEL, w, audio_config=types.SimpleNamespace(n_window=50))
 
 
 def ropeserve_omni(w: dict[str, Any], family: str = "qwen2_5_omni") -> tuple[torch.Tensor, torch.Tensor]:
     result = omni_positions_from_tokens(**w, use_audio_in_video=True, family=family)
     return result.position_ids, result.mrope_position_deltas
-
-
-def transformers_qwen3_omni(w: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-    config = types.SimpleNamespace(
-        image_token_id=OMNI_IDS["image"],
-        video_token_id=OMNI_IDS["video"],
-        audio_token_id=OMNI_IDS["audio"],
-        vision_start_token_id=OMNI_IDS["vision_start"],
-        audio_start_token_id=OMNI_IDS["audio_start"],
-        position_id_per_seconds=25,
-        audio_config=types.SimpleNamespace(n_window=50),
-    )
-    stand_in = types.SimpleNamespace(config=config, spatial_merge_size=MERGE)
-    stand_in.get_llm_pos_ids_for_vision = types.MethodType(OMNI3_MODEL.get_llm_pos_ids_for_vision, stand_in)
-    return OMNI3_MODEL.get_rope_index(
-        stand_in,
-        w["input_ids"],
-        image_grid_thw=w["image_grid_thw"],
-        video_grid_thw=w["video_grid_thw"],
-        attention_mask=w["attention_mask"],
-        use_audio_in_video=True,
-        audio_seqlens=w["audio_seqlens"],
-        second_per_grids=w["second_per_grid_ts"],
-    )
 
 
 def glm_image_workload() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

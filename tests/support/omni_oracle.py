@@ -32,20 +32,17 @@ def audio_tokens_qwen3(seqlen: int) -> int:
     return ((feat - 1) // 2 + 1 - 1) // 2 + 1 + (seqlen // 100) * 13
 
 
-def hf_qwen3_omni_get_rope_index(batch: OmniBatch, *, merge: int, pps: int) -> tuple:
-    """``Qwen3OmniMoePreTrainedModelForConditionalGeneration.get_rope_index`` on a stand-in ``self``."""
-    config = types.SimpleNamespace(
-        image_token_id=IMAGE_ID,
-        video_token_id=VIDEO_ID,
-        audio_token_id=AUDIO_ID,
-        vision_start_token_id=VISION_START,
-        audio_start_token_id=AUDIO_START,
-        position_id_per_seconds=pps,
-        audio_config=types.SimpleNamespace(n_window=50),
+def _call_get_rope_index(model: Any, batch: OmniBatch, merge: int, pps: int, **config: Any) -> tuple:
+    """``model.get_rope_index`` on a stand-in ``self`` with the token ids above and ``config``'s extra keys."""
+    ids = {"image_token_id": IMAGE_ID, "video_token_id": VIDEO_ID, "audio_token_id": AUDIO_ID}
+    ids |= {"vision_start_token_id": VISION_START, "audio_start_token_id": AUDIO_START}
+    stand_in = types.SimpleNamespace(
+        config=types.SimpleNamespace(**ids, position_id_per_seconds=pps, **config), spatial_merge_size=merge
     )
-    stand_in = types.SimpleNamespace(config=config, spatial_merge_size=merge)
-    stand_in.get_llm_pos_ids_for_vision = types.MethodType(Omni3Model.get_llm_pos_ids_for_vision, stand_in)
-    return Omni3Model.get_rope_index(
+    for helper in ("get_llm_pos_ids_for_vision", "get_chunked_index"):
+        if hasattr(model, helper):
+            setattr(stand_in, helper, types.MethodType(getattr(model, helper), stand_in))
+    return model.get_rope_index(
         stand_in,
         batch.input_ids,
         image_grid_thw=batch.image_grid_thw,
@@ -55,32 +52,16 @@ def hf_qwen3_omni_get_rope_index(batch: OmniBatch, *, merge: int, pps: int) -> t
         audio_seqlens=batch.audio_seqlens,
         second_per_grids=batch.second_per_grid_ts,
     )
+
+
+def hf_qwen3_omni_get_rope_index(batch: OmniBatch, *, merge: int, pps: int) -> tuple:
+    """``Qwen3OmniMoePreTrainedModelForConditionalGeneration.get_rope_index`` (audio n_window 50)."""
+    return _call_get_rope_index(Omni3Model, batch, merge, pps, audio_config=types.SimpleNamespace(n_window=50))
 
 
 def hf_omni_get_rope_index(batch: OmniBatch, *, merge: int, pps: int, seconds_per_chunk: int) -> tuple:
-    """``Qwen2_5OmniPreTrainedModelForConditionalGeneration.get_rope_index`` on a stand-in ``self``."""
-    config = types.SimpleNamespace(
-        image_token_id=IMAGE_ID,
-        video_token_id=VIDEO_ID,
-        audio_token_id=AUDIO_ID,
-        vision_start_token_id=VISION_START,
-        audio_start_token_id=AUDIO_START,
-        position_id_per_seconds=pps,
-        seconds_per_chunk=seconds_per_chunk,
-    )
-    stand_in = types.SimpleNamespace(config=config, spatial_merge_size=merge)
-    stand_in.get_llm_pos_ids_for_vision = types.MethodType(OmniModel.get_llm_pos_ids_for_vision, stand_in)
-    stand_in.get_chunked_index = types.MethodType(OmniModel.get_chunked_index, stand_in)
-    return OmniModel.get_rope_index(
-        stand_in,
-        batch.input_ids,
-        image_grid_thw=batch.image_grid_thw,
-        video_grid_thw=batch.video_grid_thw,
-        attention_mask=batch.attention_mask,
-        use_audio_in_video=batch.use_audio_in_video,
-        audio_seqlens=batch.audio_seqlens,
-        second_per_grids=batch.second_per_grid_ts,
-    )
+    """``Qwen2_5OmniPreTrainedModelForConditionalGeneration.get_rope_index``."""
+    return _call_get_rope_index(OmniModel, batch, merge, pps, seconds_per_chunk=seconds_per_chunk)
 
 
 @dataclass

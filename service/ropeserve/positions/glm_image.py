@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from ropeserve.errors import InvalidInput
-from ropeserve.positions._common import MAX_ELEMENTS, IntsLike, as_long_array, as_mask_array, check_element_limit
+from ropeserve.positions._common import MAX_ELEMENTS, IntsLike, as_long_array, check_element_limit
+from ropeserve.positions.mrope import mask_and_lengths
 
 __all__ = ["GLM_IMAGE_START_TOKEN_ID", "GLM_IMAGE_END_TOKEN_ID", "GlmImagePositions", "glm_image_positions"]
 
@@ -153,13 +154,8 @@ def glm_image_positions(
     """Prefill and decode positions of a GLM-Image batch (see the module docstring)."""
     ids = as_long_array(input_ids, "input_ids", ndim=2)
     rows, width = ids.shape
-    mask = np.ones(ids.shape, dtype=bool)
-    if attention_mask is not None:
-        mask = as_mask_array(attention_mask, "attention_mask")[0]
-        if mask.shape != ids.shape:
-            raise InvalidInput(f"attention_mask has shape {mask.shape}, input_ids {ids.shape}", field="attention_mask")
+    mask, lengths = mask_and_lengths(attention_mask, ids)
     grid_rows = _grid_rows(image_grid_thw, images_per_sample, rows)
-    lengths = mask.sum(axis=1)
     starts = np.cumsum(lengths) - lengths
     compact = ids[mask]
     images = _find_images(compact, starts, lengths, grid_rows, (image_start_token_id, image_end_token_id))

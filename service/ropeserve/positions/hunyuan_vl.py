@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from ropeserve.errors import InvalidInput
-from ropeserve.positions._common import MAX_ELEMENTS, IntsLike, as_long_array, as_mask_array, require_int
+from ropeserve.positions._common import MAX_ELEMENTS, IntsLike, as_long_array, require_int
+from ropeserve.positions.mrope import mask_and_lengths
 
 __all__ = ["HUNYUAN_VL_AXES", "XdRopePositions", "hunyuan_vl_positions"]
 
@@ -63,12 +64,7 @@ def hunyuan_vl_positions(
     merge = require_int(spatial_merge_size, "spatial_merge_size", minimum=1)
     types = as_long_array(mm_token_type_ids, "mm_token_type_ids", ndim=2)
     rows, width = types.shape
-    mask = np.ones(types.shape, dtype=bool)
-    if attention_mask is not None:
-        mask = as_mask_array(attention_mask, "attention_mask")[0]
-        if mask.shape != types.shape:
-            raise InvalidInput(f"attention_mask has shape {mask.shape}, tokens {types.shape}", field="attention_mask")
-    lengths = mask.sum(axis=1)
+    mask, lengths = mask_and_lengths(attention_mask, types)
     starts = np.cumsum(lengths) - lengths
     positions = np.empty((axes, rows, width), dtype=np.int64)
     positions[:] = np.where(mask, np.cumsum(mask, axis=1) - 1, 0)  # 1-D index among the row's real tokens

@@ -397,7 +397,7 @@ def analyse_tokens(
         family.image_token_id if image_token_id is None else image_token_id,
         family.video_token_id if video_token_id is None else video_token_id,
     )
-    mask, row_lengths = _mask_and_lengths(attention_mask, types)
+    mask, row_lengths = mask_and_lengths(attention_mask, types)
     has_padding = int(row_lengths.sum()) != types.size
     runs = _find_runs(types, mask if has_padding else None)
     error = _RunErrors(runs)
@@ -440,7 +440,7 @@ def analyse_tokens(
     return TokenBlocks(blocks, mask, row_lengths, device, merge, run_seconds)
 
 
-def _mask_and_lengths(attention_mask: IntsLike | None, types: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def mask_and_lengths(attention_mask: IntsLike | None, types: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``[B, L]`` bool mask (all True when None) and ``[B]`` int64 real tokens per row."""
     num_rows, width = types.shape
     if attention_mask is None:

@@ -37,12 +37,11 @@ from ropeserve.positions._common import (
     MAX_ELEMENTS,
     IntsLike,
     as_long_array,
-    as_mask_array,
     check_element_limit,
     require_finite_float,
     require_int,
 )
-from ropeserve.positions.mrope import FloatsLike, MRopePositions
+from ropeserve.positions.mrope import FloatsLike, MRopePositions, mask_and_lengths
 
 __all__ = [
     "OMNI_FAMILIES",
@@ -556,11 +555,7 @@ def omni_positions_from_tokens(
     if not isinstance(use_audio_in_video, bool):
         raise InvalidInput("use_audio_in_video must be true or false", field="use_audio_in_video")
     ids = as_long_array(input_ids, "input_ids", ndim=2)
-    mask = (
-        np.ones(ids.shape, dtype=bool) if attention_mask is None else as_mask_array(attention_mask, "attention_mask")[0]
-    )
-    if mask.shape != ids.shape:
-        raise InvalidInput(f"attention_mask has shape {mask.shape} but input_ids {ids.shape}", field="attention_mask")
+    mask = mask_and_lengths(attention_mask, ids)[0]
     token_ids = [
         (spec.image_token_id if image_token_id is None else image_token_id, _IMAGE),
         (spec.video_token_id if video_token_id is None else video_token_id, _VIDEO),
