@@ -68,12 +68,18 @@ def hunyuan_vl_positions(
     starts = np.cumsum(lengths) - lengths
     positions = np.empty((axes, rows, width), dtype=np.int64)
     positions[:] = np.where(mask, np.cumsum(mask, axis=1) - 1, 0)  # 1-D index among the row's real tokens
+    row_max = lengths - 1  # axes below A - 3 keep every token's 1-D index
     if image_grid_thw is not None:
         slots = np.flatnonzero(mask.reshape(-1))  # compact index -> slot of the padded batch
-        _place_images(positions.reshape(axes, -1), types[mask], starts, _grids(image_grid_thw), merge, slots)
+        image_row, image_max = _place_images(
+            positions.reshape(axes, -1), types[mask], starts, _grids(image_grid_thw), merge, slots
+        )
+        np.maximum.at(row_max, image_row, image_max)
+    if axes == 3:  # no 1-D axis left over image tokens: take the maximum the long way
+        row_max = positions.max(axis=(0, 2)) if positions.size else row_max
     deltas = np.zeros((rows, 1), dtype=np.int64)
     filled = lengths > 0
-    deltas[filled, 0] = positions.max(axis=(0, 2))[filled] + 1 - lengths[filled]
+    deltas[filled, 0] = row_max[filled] + 1 - lengths[filled]
     return XdRopePositions(torch.from_numpy(positions), torch.from_numpy(deltas))
 
 
@@ -86,9 +92,10 @@ def _grids(image_grid_thw: IntsLike) -> np.ndarray:
 
 def _place_images(
     values: np.ndarray, compact: np.ndarray, starts: np.ndarray, grids: np.ndarray, merge: int, slots: np.ndarray
-) -> None:
+) -> tuple[np.ndarray, np.ndarray]:
     """Write each image grid's column / row / image index into the last three axes of ``values`` ``[A, B*L]``
-    (``slots``: the batch slot of each real token, runs found among the real tokens ``compact``)."""
+    (``slots``: the batch slot of each real token, runs found among the real tokens ``compact``); returns each
+    image's ``(row, largest value written)``."""
     first, length = _image_runs(compact, starts)
     if first.size != grids.shape[0]:
         raise InvalidInput(
@@ -96,7 +103,7 @@ def _place_images(
             field="image_grid_thw",
         )
     if not first.size:
-        return
+        return first, first
     h, w = grids[:, 1] // merge, grids[:, 2] // merge + 1  # w counts the newline ending each row
     tokens = h * w
     bad = (length != tokens) & (length != tokens + 2)
@@ -117,3 +124,5 @@ def _place_images(
     values[axes - 3, targets] = local % row_length
     values[axes - 2, targets] = local // row_length
     values[axes - 1, targets] = image_of
+    image_row = np.searchsorted(starts, first, side="right") - 1
+    return image_row, np.maximum(np.maximum(w - 1, h - 1), np.arange(first.size))
