@@ -252,6 +252,12 @@ def test_hunyuan_vl_over_http_gives_four_axes(client: TestClient) -> None:
     assert ids.shape == (4, 2, 9)
     assert ids[:, 0, 2:8].tolist() == [[2, 3, 4, 5, 6, 7], [0, 1, 2, 0, 1, 2], [0, 0, 0, 1, 1, 1], [0] * 6]
     assert ids[3, 1, 2:8].tolist() == [1] * 6 and ids[:, 1, 1].tolist() == [1, 1, 1, 1]  # its markers stay 1-D
+    rows = [
+        [{"text": 2}, {"image": [1, 4, 4]}, {"text": 1}],
+        [{"text": 1}, {"image": [1, 4, 4], "markers": True}],
+    ]
+    segments = post(client, "/v1/mrope/positions", {"family": "hunyuan_vl", "rows": rows})
+    assert torch.equal(torch.tensor(segments["position_ids"]), ids)
     for axes in (2, 17, 2**63):
         too_many = {"family": "hunyuan_vl", "mm_token_type_ids": types_, "num_axes": axes}
         assert client.post("/v1/mrope/positions", json=too_many).status_code == 422

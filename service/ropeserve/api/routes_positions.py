@@ -28,7 +28,7 @@ from ropeserve.positions import (
     vision_position_ids,
 )
 from ropeserve.positions.glm_image import glm_image_positions
-from ropeserve.positions.hunyuan_vl import hunyuan_vl_positions
+from ropeserve.positions.hunyuan_vl import hunyuan_vl_positions, hunyuan_vl_positions_from_segments
 from ropeserve.positions.omni import omni_positions_from_segments, omni_positions_from_tokens
 from ropeserve.rope import mrope_cos_sin, vision_cos_sin
 
@@ -212,7 +212,16 @@ def _glm_image_prefill(body: MRopePositionsRequest, family: str, merge: int | No
 
 
 def _hunyuan_vl_prefill(body: MRopePositionsRequest, family: str, merge: int | None, limit: int) -> Any:
-    """HunYuan-VL (XD-RoPE): ``mm_token_type_ids`` + ``image_grid_thw``; ``num_axes`` rows of positions."""
+    """HunYuan-VL (XD-RoPE): segment rows, or ``mm_token_type_ids`` + ``image_grid_thw``; ``num_axes`` rows."""
+    merge = 2 if merge is None else merge
+    if body.rows is not None:
+        return hunyuan_vl_positions_from_segments(
+            body.rows,
+            spatial_merge_size=merge,
+            num_axes=body.num_axes,
+            padding_side=body.padding_side,
+            max_tokens=limit // body.num_axes,
+        )
     if body.mm_token_type_ids is None:
         raise InvalidInput("HunYuan-VL takes mm_token_type_ids and image_grid_thw", field="mm_token_type_ids")
     check_limit(body.tokens() * body.num_axes, limit, "positions", "mm_token_type_ids")
@@ -220,7 +229,7 @@ def _hunyuan_vl_prefill(body: MRopePositionsRequest, family: str, merge: int | N
         mm_token_type_ids=body.mm_token_type_ids,
         image_grid_thw=body.image_grid_thw,
         attention_mask=body.attention_mask,
-        spatial_merge_size=2 if merge is None else merge,
+        spatial_merge_size=merge,
         num_axes=body.num_axes,
     )
 

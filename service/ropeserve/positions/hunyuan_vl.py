@@ -10,16 +10,17 @@ row's largest position + 1 - its real tokens.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ropeserve.errors import InvalidInput
+from ropeserve.errors import InvalidInput, check_limit
 from ropeserve.positions._common import MAX_ELEMENTS, IntsLike, as_long_array, require_int
 from ropeserve.positions.mrope import mask_and_lengths
 
-__all__ = ["HUNYUAN_VL_AXES", "XdRopePositions", "hunyuan_vl_positions"]
+__all__ = ["HUNYUAN_VL_AXES", "XdRopePositions", "hunyuan_vl_positions", "hunyuan_vl_positions_from_segments"]
 
 HUNYUAN_VL_AXES = 4
 """Axes of the released configs' ``mrope_section`` (``xdrope_section``): 4."""
@@ -126,3 +127,75 @@ def _place_images(
     values[axes - 1, targets] = image_of
     image_row = np.searchsorted(starts, first, side="right") - 1
     return image_row, np.maximum(np.maximum(w - 1, h - 1), np.arange(first.size))
+
+
+def _segment_tokens(segment: object, field: str, merge: int) -> tuple[int, int, list[int] | None]:
+    """``(token type, token count, grid or None)`` of one HunYuan-VL segment."""
+    if not isinstance(segment, Mapping) or set(segment) - {"text", "image", "markers"} or len(segment) == 0:
+        raise InvalidInput(f"{field} must be {{'text': n}} or {{'image': [t, h, w], 'markers': bool}}", field=field)
+    if "text" in segment:
+        count = segment["text"]
+        if len(segment) != 1 or isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise InvalidInput(f"{field}: text must be an integer >= 0", field=field)
+        return 0, count, None
+    grid, markers = segment["image"], segment.get("markers", False)
+    if (
+        isinstance(grid, str | bytes)
+        or not isinstance(grid, Sequence)
+        or len(grid) != 3
+        or not isinstance(markers, bool)
+    ):
+        raise InvalidInput(f"{field}: image must be [t, h, w] and markers true or false", field=field)
+    t, h, w = (require_int(size, field, minimum=1) for size in grid)
+    if max(t, h, w) > MAX_ELEMENTS:
+        raise InvalidInput(f"{field}: image grid {[t, h, w]} is out of range", field=field)
+    return 1, (h // merge) * (w // merge + 1) + 2 * markers, [t, h, w]
+
+
+def hunyuan_vl_positions_from_segments(
+    rows: Sequence[Sequence[Mapping[str, object]]],
+    *,
+    spatial_merge_size: int = 2,
+    num_axes: int = HUNYUAN_VL_AXES,
+    padding_side: str = "right",
+    max_tokens: int | None = None,
+) -> XdRopePositions:
+    """Segment form: ``{"text": n}`` and ``{"image": [t, h, w], "markers": bool}`` (``markers``: the image's start
+    and end tokens are image tokens too, as the processor emits them); rows pad on ``padding_side``. Images must be
+    separated by text (adjacent image runs would be one run to transformers)."""
+    merge = require_int(spatial_merge_size, "spatial_merge_size", minimum=1)
+    if padding_side not in ("left", "right"):
+        raise InvalidInput(f"padding_side must be 'left' or 'right', got {padding_side!r}", field="padding_side")
+    if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
+        raise InvalidInput("rows must be a list of segment lists", field="rows")
+    limit = MAX_ELEMENTS if max_tokens is None else min(max_tokens, MAX_ELEMENTS)
+    row_types: list[np.ndarray] = []
+    grids: list[list[int]] = []
+    total = 0
+    for b, segments in enumerate(rows):
+        if isinstance(segments, str | bytes | Mapping) or not isinstance(segments, Sequence):
+            raise InvalidInput(f"rows[{b}] must be a list of segments", field=f"rows[{b}]")
+        kinds, counts = [], []
+        for i, segment in enumerate(segments):
+            kind, count, grid = _segment_tokens(segment, f"rows[{b}].segments[{i}]", merge)
+            total += count
+            check_limit(total, limit, "tokens", field=f"rows[{b}].segments[{i}]")
+            kinds.append(kind)
+            counts.append(count)
+            if grid is not None:
+                grids.append(grid)
+        row_types.append(np.repeat(np.array(kinds, dtype=np.int64), counts))
+    lengths = np.array([row.size for row in row_types], dtype=np.int64)
+    width = int(lengths.max(initial=0))
+    check_limit(len(row_types) * width, limit, "position slots", field="rows")
+    types = np.zeros((len(row_types), width), dtype=np.int64)
+    columns = np.arange(width)[None, :]
+    mask = columns >= width - lengths[:, None] if padding_side == "left" else columns < lengths[:, None]
+    types[mask] = np.concatenate(row_types) if row_types else np.zeros(0, dtype=np.int64)
+    return hunyuan_vl_positions(
+        mm_token_type_ids=types,
+        image_grid_thw=np.array(grids, dtype=np.int64).reshape(-1, 3) if grids else None,
+        attention_mask=mask,
+        spatial_merge_size=merge,
+        num_axes=num_axes,
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLModel
 
 from ropeserve.errors import InvalidInput
-from ropeserve.positions.hunyuan_vl import hunyuan_vl_positions
+from ropeserve.positions.hunyuan_vl import hunyuan_vl_positions, hunyuan_vl_positions_from_segments
 
 
 def hf_hunyuan(case: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -35,17 +36,24 @@ def hf_hunyuan(case: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
 @st.composite
 def cases(draw: st.DrawFn) -> dict[str, Any]:
     merge = draw(st.sampled_from([2, 1]))
-    rows, grids = [], []
+    rows, grids, segment_rows = [], [], []
     for _ in range(draw(st.integers(1, 3))):
-        row = [0] * draw(st.integers(0, 4))  # a row may open and close with an image (runs stop at rows)
+        lead = draw(st.integers(0, 4))  # a row may open and close with an image (runs stop at rows)
+        row, segments = [0] * lead, [{"text": lead}]
         for _ in range(draw(st.integers(0, 3))):
             h, w = draw(st.integers(1, 4)), draw(st.integers(1, 4))
-            markers = 2 * draw(st.booleans())
-            row += [1] * (h * (w + 1) + markers) + [0] * draw(st.integers(1, 3))
+            markers = draw(st.booleans())
+            gap = draw(st.integers(1, 3))
+            row += [1] * (h * (w + 1) + 2 * markers) + [0] * gap
             grids.append([1, h * merge, w * merge])
+            segments += [{"image": grids[-1], "markers": markers}, {"text": gap}]
         if draw(st.booleans()) and row and row[-2:-1] == [1]:
             row.pop()
-        rows.append(row or [0])
+            segments[-1]["text"] -= 1
+        if not row:
+            row, segments = [0], [{"text": 1}]
+        rows.append(row)
+        segment_rows.append(segments)
     pads = draw(st.lists(st.integers(0, 3), min_size=len(rows), max_size=len(rows)))
     left = draw(st.booleans())
     width = max(len(r) + p for r, p in zip(rows, pads, strict=True))
@@ -61,6 +69,8 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
         "grids": torch.tensor(grids) if grids else None,
         "merge": merge,
         "axes": draw(st.sampled_from([3, 4])),
+        "segments": segment_rows,
+        "left": left,
     }
 
 
@@ -77,6 +87,24 @@ def test_hunyuan_vl_matches_transformers(case: dict[str, Any]) -> None:
     )
     assert torch.equal(ours.position_ids, expected_ids)
     assert torch.equal(ours.mrope_position_deltas, expected_deltas)
+    segments = hunyuan_vl_positions_from_segments(
+        case["segments"],
+        spatial_merge_size=case["merge"],
+        num_axes=case["axes"],
+        padding_side="left" if case["left"] else "right",
+    )
+    real = case["mask"].bool()
+    mine = segments.position_ids[:, torch.from_numpy(np.asarray(segments_mask(case)))]
+    assert torch.equal(mine, expected_ids[:, real])
+    assert torch.equal(segments.mrope_position_deltas, expected_deltas)
+
+
+def segments_mask(case: dict[str, Any]) -> Any:
+    lengths = [int(row.sum()) for row in case["mask"]]
+    width = max(lengths)
+    columns = np.arange(width)[None, :]
+    lengths_a = np.array(lengths)[:, None]
+    return columns >= width - lengths_a if case["left"] else columns < lengths_a
 
 
 def test_hunyuan_vl_errors() -> None:
