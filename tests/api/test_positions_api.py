@@ -238,7 +238,15 @@ def test_glm_image_over_http_gives_prefill_and_decode_positions(client: TestClie
     bad = {"family": "glm_image", "input_ids": ids.tolist(), "image_grid_thw": grids.tolist()}
     for counts in ([2**63, 1], [10**400, 0], [-1, 4]):
         assert client.post("/v1/mrope/positions", json={**bad, "images_per_sample": counts}).status_code == 422
-    assert client.post("/v1/mrope/positions", json={"family": "glm_image", "rows": [[{"text": 1}]]}).status_code == 422
+    rows = [
+        [{"text": 2}, {"image": [1, 2, 3]}, {"text": 2}, {"generate": [1, 4, 4]}],
+        [{"text": 12}, {"generate": [1, 3, 5]}],
+    ]
+    segments = post(client, "/v1/mrope/positions", {"family": "glm_image", "rows": rows})
+    assert torch.equal(torch.tensor(segments["position_ids"]), expected)
+    assert torch.equal(torch.tensor(segments["decode_position_ids"]), stand_in._cached_decode_position_ids)
+    bad_rows = [[{"generate": [1, 2, 2]}, {"image": [1, 2, 2]}]]
+    assert client.post("/v1/mrope/positions", json={"family": "glm_image", "rows": bad_rows}).status_code == 422
 
 
 def test_hunyuan_vl_over_http_gives_four_axes(client: TestClient) -> None:

@@ -27,7 +27,7 @@ from ropeserve.positions import (
     slice_prefill_positions,
     vision_position_ids,
 )
-from ropeserve.positions.glm_image import glm_image_positions
+from ropeserve.positions.glm_image import glm_image_positions, glm_image_positions_from_segments
 from ropeserve.positions.hunyuan_vl import hunyuan_vl_positions, hunyuan_vl_positions_from_segments
 from ropeserve.positions.omni import omni_positions_from_segments, omni_positions_from_tokens
 from ropeserve.rope import mrope_cos_sin, vision_cos_sin
@@ -199,9 +199,11 @@ def _omni_prefill(body: MRopePositionsRequest, family: str, merge: int | None, l
 
 
 def _glm_image_prefill(body: MRopePositionsRequest, family: str, merge: int | None, limit: int) -> Any:
-    """GLM-Image: token form only (its rule is defined on the image start/end markers)."""
+    """GLM-Image: segment rows, or ``input_ids`` with its image start/end markers + grids + ``images_per_sample``."""
+    if body.rows is not None:
+        return glm_image_positions_from_segments(body.rows, padding_side=body.padding_side, max_tokens=limit)
     if body.input_ids is None:
-        raise InvalidInput("GLM-Image takes input_ids (with its image start/end markers)", field="input_ids")
+        raise InvalidInput("GLM-Image takes rows or input_ids (with its image start/end markers)", field="input_ids")
     check_limit(body.tokens(), limit, "tokens", "input_ids")
     return glm_image_positions(
         input_ids=body.input_ids,

@@ -13,16 +13,23 @@ repeating their last column. Prefill deltas are 0; padded slots hold 1 (transfor
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ropeserve.errors import InvalidInput
-from ropeserve.positions._common import MAX_ELEMENTS, IntsLike, as_long_array, check_element_limit
+from ropeserve.positions._common import MAX_ELEMENTS, IntsLike, as_long_array, check_element_limit, require_int
 from ropeserve.positions.mrope import mask_and_lengths
 
-__all__ = ["GLM_IMAGE_START_TOKEN_ID", "GLM_IMAGE_END_TOKEN_ID", "GlmImagePositions", "glm_image_positions"]
+__all__ = [
+    "GLM_IMAGE_END_TOKEN_ID",
+    "GLM_IMAGE_START_TOKEN_ID",
+    "GlmImagePositions",
+    "glm_image_positions",
+    "glm_image_positions_from_segments",
+]
 
 GLM_IMAGE_START_TOKEN_ID = 16384
 GLM_IMAGE_END_TOKEN_ID = 16385
@@ -178,3 +185,83 @@ def glm_image_positions(
             np.stack([np.concatenate([p, np.repeat(p[:, -1:], length - p.shape[1], axis=1)], axis=1) for p in decode])
         )
     return GlmImagePositions(torch.from_numpy(positions), torch.zeros((rows, 1), dtype=torch.long), decode_ids)
+
+
+_TEXT_ID = -1
+"""Any id other than the markers works for text once the ids are rendered here."""
+
+
+def _render_row(segments: object, b: int, limit: int, spent: int) -> tuple[list[np.ndarray], list[list[int]], int]:
+    """Token ids (as pieces) and grids (prompt images, then images to generate) of one segment row."""
+    if isinstance(segments, str | bytes | Mapping) or not isinstance(segments, Sequence):
+        raise InvalidInput(f"rows[{b}] must be a list of segments", field=f"rows[{b}]")
+    pieces: list[np.ndarray] = []
+    prompt: list[list[int]] = []
+    generated: list[list[int]] = []
+    for i, segment in enumerate(segments):
+        field = f"rows[{b}].segments[{i}]"
+        if not isinstance(segment, Mapping) or len(segment) != 1 or set(segment) - {"text", "image", "generate"}:
+            raise InvalidInput(f"{field} must be one of text, image, generate", field=field)
+        ((kind, value),) = segment.items()
+        if kind == "text":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidInput(f"{field}: text must be an integer >= 0", field=field)
+            spent += value
+            check_element_limit(spent, limit, "tokens", field)
+            pieces.append(np.full(value, _TEXT_ID, dtype=np.int64))
+            continue
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence) or len(value) != 3:
+            raise InvalidInput(f"{field}: {kind} must be [t, h, w]", field=field)
+        grid = [require_int(size, field, minimum=1) for size in value]
+        if max(grid) > MAX_ELEMENTS:
+            raise InvalidInput(f"{field}: grid {grid} is out of range", field=field)
+        if kind == "generate":
+            generated.append(grid)
+            continue
+        if generated:
+            raise InvalidInput(f"{field}: prompt images come before the images to generate", field=field)
+        spent += grid[0] * grid[1] * grid[2] + 2
+        check_element_limit(spent, limit, "tokens", field)
+        pieces += [
+            np.array([GLM_IMAGE_START_TOKEN_ID], dtype=np.int64),
+            np.full(grid[0] * grid[1] * grid[2], _TEXT_ID, dtype=np.int64),
+            np.array([GLM_IMAGE_END_TOKEN_ID], dtype=np.int64),
+        ]
+        prompt.append(grid)
+    return pieces, prompt + generated, spent
+
+
+def glm_image_positions_from_segments(
+    rows: Sequence[Sequence[Mapping[str, object]]],
+    *,
+    padding_side: str = "right",
+    max_tokens: int | None = None,
+) -> GlmImagePositions:
+    """Segment form: ``{"text": n}``, ``{"image": [t, h, w]}`` (a prompt image with its start and end markers:
+    ``t*h*w + 2`` tokens) and ``{"generate": [t, h, w]}`` (an image the model will generate: no tokens, after the
+    prompt images). Rows pad on ``padding_side``; the grids of each row are its ``images_per_sample``."""
+    if padding_side not in ("left", "right"):
+        raise InvalidInput(f"padding_side must be 'left' or 'right', got {padding_side!r}", field="padding_side")
+    if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
+        raise InvalidInput("rows must be a list of segment lists", field="rows")
+    limit = MAX_ELEMENTS if max_tokens is None else min(max_tokens, MAX_ELEMENTS)
+    spent = 0
+    id_rows, grids, counts = [], [], []
+    for b, segments in enumerate(rows):
+        pieces, row_grids, spent = _render_row(segments, b, limit, spent)
+        id_rows.append(np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64))
+        grids += row_grids
+        counts.append(len(row_grids))
+    lengths = np.array([row.size for row in id_rows], dtype=np.int64)
+    width = int(lengths.max(initial=0))
+    check_element_limit(len(id_rows) * width, limit, "position slots", "rows")
+    columns = np.arange(width)[None, :]
+    mask = columns >= width - lengths[:, None] if padding_side == "left" else columns < lengths[:, None]
+    ids = np.full(mask.shape, _TEXT_ID, dtype=np.int64)
+    ids[mask] = np.concatenate(id_rows) if id_rows else np.zeros(0, dtype=np.int64)
+    return glm_image_positions(
+        input_ids=ids,
+        image_grid_thw=np.array(grids, dtype=np.int64).reshape(-1, 3) if grids else None,
+        images_per_sample=np.array(counts, dtype=np.int64) if grids else None,
+        attention_mask=mask,
+    )

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from transformers.models.glm_image.modeling_glm_image import GlmImageModel
 
 from ropeserve.errors import InvalidInput
-from ropeserve.positions.glm_image import glm_image_positions
+from ropeserve.positions.glm_image import glm_image_positions, glm_image_positions_from_segments
 
 START, END, IMAGE, TEXT = 16384, 16385, 167855, 7
 
@@ -30,19 +30,25 @@ def hf_glm_image(ids: torch.Tensor, grids: torch.Tensor | None, per_sample: torc
 
 @st.composite
 def batches(draw: st.DrawFn) -> dict[str, Any]:
-    rows, grids, counts = [], [], []
+    rows, grids, counts, segment_rows = [], [], [], []
     for _ in range(draw(st.integers(1, 3))):
-        tokens = [TEXT] * draw(st.integers(1, 4))
+        lead = draw(st.integers(1, 4))
+        tokens, segments = [TEXT] * lead, [{"text": lead}]
         row_grids = []
         for _ in range(draw(st.integers(0, 3))):  # prompt images
             grid = [draw(st.integers(1, 2)), draw(st.integers(1, 5)), draw(st.integers(1, 5))]
-            tokens += [START, *[IMAGE] * (grid[0] * grid[1] * grid[2]), END, *[TEXT] * draw(st.integers(0, 3))]
+            gap = draw(st.integers(0, 3))
+            tokens += [START, *[IMAGE] * (grid[0] * grid[1] * grid[2]), END, *[TEXT] * gap]
+            segments += [{"image": grid}, {"text": gap}]
             row_grids.append(grid)
-        generated = draw(st.integers(0, 2))
-        row_grids += [[1, draw(st.integers(1, 6)), draw(st.integers(1, 6))] for _ in range(generated)]
+        generated = [[1, draw(st.integers(1, 6)), draw(st.integers(1, 6))] for _ in range(draw(st.integers(0, 2)))]
+        row_grids += generated
+        segments += [{"generate": grid} for grid in generated]
         if draw(st.booleans()):
-            tokens.append(START)  # the prompt opens the image to generate
+            tokens.append(START)  # the prompt opens the image to generate (to positions, one more token)
+            segments.insert(len(segments) - len(generated), {"text": 1})
         rows.append(tokens)
+        segment_rows.append(segments)
         grids += row_grids
         counts.append(len(row_grids))
     pads = draw(st.lists(st.integers(0, 3), min_size=len(rows), max_size=len(rows)))
@@ -60,6 +66,8 @@ def batches(draw: st.DrawFn) -> dict[str, Any]:
         "mask": mask,
         "grids": torch.tensor(grids) if grids else None,
         "per_sample": None if shared or not grids else torch.tensor(counts),
+        "segments": segment_rows,
+        "left": left,
     }
 
 
@@ -81,6 +89,14 @@ def test_glm_image_matches_transformers(case: dict[str, Any]) -> None:
         assert ours.decode_position_ids is None
     else:
         assert torch.equal(ours.decode_position_ids, expected_decode)
+    segments = glm_image_positions_from_segments(case["segments"], padding_side="left" if case["left"] else "right")
+    real = case["mask"].bool()
+    lengths = real.sum(dim=1)
+    columns = torch.arange(int(lengths.max()))[None, :]
+    own = columns >= lengths.max() - lengths[:, None] if case["left"] else columns < lengths[:, None]
+    assert torch.equal(segments.position_ids[:, own], expected_ids[:, real])
+    if expected_decode is not None:
+        assert torch.equal(segments.decode_position_ids, expected_decode)
 
 
 def test_glm_image_errors() -> None:
