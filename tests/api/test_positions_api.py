@@ -293,3 +293,35 @@ def test_qwen3_omni_over_http_gives_float_positions(client: TestClient) -> None:
     assert torch.equal(torch.tensor(body["position_ids"], dtype=torch.float32), expected_ids)
     assert torch.equal(torch.tensor(body["mrope_position_deltas"], dtype=torch.float32), expected_deltas)
     assert any(value % 1 for value in body["position_ids"][0][0])  # fractional times survive
+
+
+def test_minicpmv_over_http_equals_its_get_rope_index(client: TestClient) -> None:
+    import types
+
+    from transformers.models.minicpmv4_7.modeling_minicpmv4_7 import MiniCPMV4_7Model
+
+    markers = {"slice_start": 901, "slice_end": 902, "image_start": 903, "image_end": 904, "newline": 905}
+    thumb, crop = [8] * 4, [8] * 2
+    ids = [7, 903, *thumb, 904, 901, *crop, 902, 901, *crop, 902, 905, 901, *crop, 902, 901, *crop, 902, 7, 7]
+    kinds = [1 if token == 8 else 0 for token in ids]
+    sizes = [[8, 8], [4, 8], [4, 8], [4, 8], [4, 8]]
+    config = types.SimpleNamespace(downsample_mode="16x", **{f"{name}_id": value for name, value in markers.items()})
+    stand_in = types.SimpleNamespace(config=config, _frame_end_idx=MiniCPMV4_7Model._frame_end_idx)
+    for name in ("_group_visual_frames", "get_vision_position_ids"):
+        setattr(stand_in, name, types.MethodType(getattr(MiniCPMV4_7Model, name), stand_in))
+    expected, deltas = MiniCPMV4_7Model.get_rope_index(
+        stand_in, torch.tensor([ids]), mm_token_type_ids=torch.tensor([kinds]), target_sizes=torch.tensor(sizes)
+    )
+    request = {
+        "family": "minicpmv4_7",
+        "input_ids": [ids],
+        "mm_token_type_ids": [kinds],
+        "target_sizes": sizes,
+        "marker_ids": markers,
+    }
+    body = post(client, "/v1/mrope/positions", request)
+    assert torch.equal(torch.tensor(body["position_ids"]), expected)
+    assert torch.equal(torch.tensor(body["mrope_position_deltas"]), deltas)
+    too_big = {"target_sizes": [[2**63, 8]] + sizes[1:]}
+    for bad in (too_big, {"marker_ids": {"newline": 905}}, {"downsample_mode": "8x"}):
+        assert client.post("/v1/mrope/positions", json={**request, **bad}).status_code == 422

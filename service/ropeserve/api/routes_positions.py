@@ -29,6 +29,7 @@ from ropeserve.positions import (
 )
 from ropeserve.positions.glm_image import glm_image_positions, glm_image_positions_from_segments
 from ropeserve.positions.hunyuan_vl import hunyuan_vl_positions, hunyuan_vl_positions_from_segments
+from ropeserve.positions.minicpm_v import MiniCpmMarkers, minicpmv_positions
 from ropeserve.positions.omni import omni_positions_from_segments, omni_positions_from_tokens
 from ropeserve.rope import mrope_cos_sin, vision_cos_sin
 
@@ -146,6 +147,14 @@ class MRopePositionsRequest(MRopeModel):
     attention_mask: IntMatrix | None = Field(None, description="[B, L] 0/1 (token form).")
     images_per_sample: list[int] | None = Field(None, description="GLM-Image: how many grids each row owns.")
     num_axes: int = Field(4, ge=3, le=16, description="HunYuan-VL: position axes (len of its mrope_section).")
+    target_sizes: IntMatrix | None = Field(None, description="MiniCPM-V 4.7: [H, W] of each image crop, in order.")
+    target_sizes_videos: IntMatrix | None = Field(None, description="MiniCPM-V 4.7: [H, W] of each video crop.")
+    downsample_mode: Literal["16x", "4x"] = Field("16x", description="MiniCPM-V 4.7: patches merged per token.")
+    marker_ids: dict[str, int] | None = Field(
+        None,
+        description="MiniCPM-V 4.7: slice_start, slice_end, image_start, image_end, newline token ids (default: "
+        "the config's *_id keys).",
+    )
     audio_seqlens: list[int] | None = Field(None, description="Qwen2.5-Omni token form: audio feature frames each.")
     use_audio_in_video: bool = Field(False, description="Qwen2.5-Omni token form: videos carry their audio.")
     position_id_per_seconds: float | None = Field(None, description="Qwen2.5-Omni time scale (default 25).")
@@ -162,6 +171,9 @@ class MRopePositionsRequest(MRopeModel):
 
     @model_validator(mode="after")
     def _one_form(self) -> MRopePositionsRequest:
+        family = self.family or (self.config or {}).get("model_type")
+        if self.mm_token_type_ids is not None and self.input_ids is not None and family == "minicpmv4_7":
+            return self  # MiniCPM-V 4.7 needs both (types for the crops, ids for the markers)
         require_exactly_one(self, ("rows", "mm_token_type_ids", "input_ids"))
         return self
 
@@ -236,7 +248,31 @@ def _hunyuan_vl_prefill(body: MRopePositionsRequest, family: str, merge: int | N
     )
 
 
+MARKER_NAMES = ("slice_start", "slice_end", "image_start", "image_end", "newline")
+
+
+def _minicpmv_prefill(body: MRopePositionsRequest, family: str, merge: int | None, limit: int) -> Any:
+    """MiniCPM-V 4.7: ``input_ids`` + ``mm_token_type_ids`` + target sizes; marker ids from the request or config."""
+    if body.input_ids is None or body.mm_token_type_ids is None:
+        raise InvalidInput("MiniCPM-V 4.7 takes input_ids and mm_token_type_ids", field="input_ids")
+    check_limit(body.tokens(), limit, "tokens", "input_ids")
+    source = body.marker_ids or {name: (body.config or {}).get(f"{name}_id") for name in MARKER_NAMES}
+    missing = [name for name in MARKER_NAMES if not isinstance(source.get(name), int) or isinstance(source[name], bool)]
+    if missing:
+        raise InvalidInput(f"give marker_ids (or a config) with {', '.join(missing)}", field="marker_ids")
+    return minicpmv_positions(
+        input_ids=body.input_ids,
+        mm_token_type_ids=body.mm_token_type_ids,
+        markers=MiniCpmMarkers(**{name: source[name] for name in MARKER_NAMES}),
+        target_sizes=body.target_sizes,
+        target_sizes_videos=body.target_sizes_videos,
+        downsample_mode=body.downsample_mode,
+        attention_mask=body.attention_mask,
+    )
+
+
 SPECIAL_PREFILLS = {
+    "minicpmv4_7": _minicpmv_prefill,
     "qwen2_5_omni": _omni_prefill,
     "qwen3_omni_moe": _omni_prefill,
     "glm_image": _glm_image_prefill,
