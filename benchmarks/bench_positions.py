@@ -17,6 +17,7 @@ Workloads (issue #3; issue #17 adds the same prompts under other transformers mo
   * qwen3_omni: the Omni workload under Qwen3-Omni's rule (float positions, audio merged with video by time).
   * glm_image: 8 rows with two 32x32 prompt images and one image to generate (prefill and decode positions).
   * hunyuan_vl: 8 rows with four 16x16 images (XD-RoPE, 4 axes).
+  * minicpmv4_7: 8 rows with two images, each a thumbnail and a 2x3 grid of slices (canvas M-RoPE).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import torch
 from transformers.models.ernie4_5_vl_moe.modeling_ernie4_5_vl_moe import Ernie4_5_VLMoeModel
 from transformers.models.glm_image.modeling_glm_image import GlmImageModel
 from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLModel
+from transformers.models.minicpmv4_7.modeling_minicpmv4_7 import MiniCPMV4_7Model
 from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniPreTrainedModelForConditionalGeneration
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
 from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5Model
@@ -43,6 +45,7 @@ from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
 from ropeserve.positions import mrope_positions_from_segments, mrope_positions_from_tokens
 from ropeserve.positions.glm_image import glm_image_positions
 from ropeserve.positions.hunyuan_vl import hunyuan_vl_positions
+from ropeserve.positions.minicpm_v import MiniCpmMarkers, minicpmv_positions
 from ropeserve.positions.omni import omni_audio_tokens, omni_positions_from_tokens
 
 MERGE = 2
@@ -265,6 +268,25 @@ def hunyuan_workload() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return types_, mask, torch.tensor([[1, 32, 32]] * 32)
 
 
+MINICPM_MARKERS = {"slice_start": 901, "slice_end": 902, "image_start": 903, "image_end": 904, "newline": 905}
+
+
+def minicpm_workload() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """8 rows: 2 images, each a 16x16-token thumbnail and a 2x3 grid of 16x16-token slices, between text."""
+    ids: list[int] = []
+    sizes = []
+    for _ in range(2):
+        ids += [7] * 40 + [903, *[8] * 256, 904]
+        for row in range(2):
+            for _ in range(3):
+                ids += [901, *[8] * 256, 902]
+            ids += [905] if row == 0 else []
+        sizes += [[64, 64]] * 7
+    ids += [7] * 20
+    ids_t = torch.tensor([ids] * 8)
+    return ids_t, (ids_t == 8).long(), torch.tensor(sizes * 8)
+
+
 def own_rule_workloads() -> list[tuple[str, int, Callable[[], tuple], Callable[[], tuple]]]:
     """``(name, tokens, transformers call, ropeserve call)`` of the families with their own position function."""
     omni, omni3 = omni_workload(), omni_workload(audio_window=50)
@@ -299,7 +321,28 @@ def own_rule_workloads() -> list[tuple[str, int, Callable[[], tuple], Callable[[
         result = hunyuan_vl_positions(mm_token_type_ids=hy_types, image_grid_thw=hy_grids, attention_mask=hy_mask)
         return result.position_ids, result.mrope_position_deltas
 
+    mc_ids, mc_types, mc_sizes = minicpm_workload()
+    mc_config = types.SimpleNamespace(
+        downsample_mode="16x", **{f"{name}_id": value for name, value in MINICPM_MARKERS.items()}
+    )
+    mc_stand_in = types.SimpleNamespace(config=mc_config, _frame_end_idx=MiniCPMV4_7Model._frame_end_idx)
+    for helper in ("_group_visual_frames", "get_vision_position_ids"):
+        setattr(mc_stand_in, helper, types.MethodType(getattr(MiniCPMV4_7Model, helper), mc_stand_in))
+
+    def mc_reference() -> tuple:
+        return MiniCPMV4_7Model.get_rope_index(mc_stand_in, mc_ids, mc_types, mc_sizes)
+
+    def mc_ours() -> tuple:
+        result = minicpmv_positions(
+            input_ids=mc_ids,
+            mm_token_type_ids=mc_types,
+            markers=MiniCpmMarkers(**MINICPM_MARKERS),
+            target_sizes=mc_sizes,
+        )
+        return result.position_ids, result.mrope_position_deltas
+
     return [
+        ("minicpmv4_7 2 images x (thumb + 2x3 slices)", int(mc_ids.numel()), mc_reference, mc_ours),
         (
             "omni audio+video+images (8 rows)",
             int(omni["attention_mask"].sum()),

@@ -13,10 +13,10 @@ more than the two ``</slice><slice>`` markers: the newline); the markers pin the
 
 from __future__ import annotations
 
-import itertools
+import functools
 from dataclasses import dataclass
-from typing import Any
 
+import numpy as np
 import torch
 
 from ropeserve.errors import InvalidInput
@@ -47,54 +47,69 @@ MINICPMV_MARKERS: MiniCpmMarkers | None = None
 """The 4.7 config class has no default marker ids (the checkpoint's tokenizer sets them): pass ``markers``."""
 
 
-def _frame_end(last_crop_end: int, tokens: list[int], markers: tuple[int, ...], limit: int) -> int:
-    end = last_crop_end
-    while end < limit and tokens[end] in markers:
-        end += 1
-    return end
+def _groups(tokens: np.ndarray, types: np.ndarray, markers: tuple[int, ...]) -> list[tuple[int, int, list]]:
+    """``(group start, group end, frames)``; a frame is ``(modality, thumb start, thumb end, frame end, slices)``.
 
-
-def _groups(tokens: list[int], types: list[int], markers: tuple[int, ...]) -> list[tuple[int, int, list]]:
-    """``(group start, group end, frames)``; a frame is ``(modality, thumb start, thumb end, frame end, slices)``."""
+    transformers walks the tokens one by one; here runs, marker tests and frame ends are array operations and only
+    the crops are visited in Python.
+    """
+    length = types.size
+    bounds = np.concatenate([[0], np.flatnonzero(np.diff(types)) + 1, [length]]) if length else np.zeros(1, int)
+    is_marker = np.isin(tokens, markers)
+    non_markers_before = np.concatenate([[0], np.cumsum(~is_marker)])  # [i]: non-marker tokens in tokens[:i]
+    # next_text[i]: first index >= i that is not a marker (length if none): where a frame's closing markers stop
+    next_text = np.where(is_marker, length, np.arange(length))
+    next_text = np.minimum.accumulate(next_text[::-1])[::-1] if length else next_text
     groups: list[tuple[int, list]] = []
     open_slices: list | None = None
     previous_end = 0
-    for modality, run in itertools.groupby(enumerate(types), lambda item: item[1]):
+    for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        modality = int(types[start])
         if modality == 0:
             continue
-        indices = [index for index, _ in run]
-        crop = (indices[0], indices[-1] + 1)
-        if open_slices is not None and tokens[crop[0] - 1] == markers[0]:
-            open_slices.append(crop)
+        if open_slices is not None and int(tokens[start - 1]) == markers[0]:
+            open_slices.append((start, end))
         else:
             open_slices = []
-            frame = (modality, crop[0], crop[1], open_slices)
-            gap = tokens[previous_end : crop[0] - 1]
-            if groups and all(token in markers for token in gap):
+            frame = (modality, start, end, open_slices)
+            gap_end = start - 1
+            only_markers = gap_end <= previous_end or non_markers_before[gap_end] == non_markers_before[previous_end]
+            if groups and only_markers:
                 groups[-1][1].append(frame)
             else:
-                groups.append((crop[0] - 1, [frame]))
-        previous_end = crop[1]
+                groups.append((start - 1, [frame]))
+        previous_end = end
     out = []
-    for start, frames in groups:
+    for group_start, frames in groups:
         laid = []
         for modality, thumb_start, thumb_end, slices in frames:
             last = slices[-1][1] if slices else thumb_end
-            laid.append((modality, thumb_start, thumb_end, _frame_end(last, tokens, markers, len(tokens)), slices))
-        out.append((start, laid[-1][3], laid))
+            frame_end = int(next_text[last]) if last < length else last
+            laid.append((modality, thumb_start, thumb_end, frame_end, slices))
+        out.append((group_start, laid[-1][3], laid))
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _canvas_grid(grid_h: int, grid_w: int, canvas_h: int, canvas_w: int) -> np.ndarray:
+    """``[3, grid_h*grid_w]`` T/H/W of a crop stretched over a canvas, from 0: ``round(linspace(0, canvas - 1, n))``
+    computed by torch exactly as transformers does (cached: the same shapes recur)."""
+    h_coords = torch.linspace(0, canvas_h - 1, grid_h).round().long()
+    w_coords = torch.linspace(0, canvas_w - 1, grid_w).round().long()
+    h_grid, w_grid = torch.meshgrid(h_coords, w_coords, indexing="ij")
+    grid = torch.stack([torch.zeros_like(h_grid), h_grid, w_grid], dim=0).reshape(3, -1).numpy()
+    grid.flags.writeable = False
+    return grid
 
 
 def _canvas_ids(
     start: int, size: list[int], merge: int, canvas: tuple[int, int] = (0, 0), offset: tuple[int, int] = (0, 0)
-) -> torch.Tensor:
+) -> np.ndarray:
     """``[3, h*w]`` T/H/W of a crop of ``size`` patches, stretched over ``canvas`` (0: its own size)."""
     grid_h, grid_w = int(size[0]) // merge, int(size[1]) // merge
-    canvas_h, canvas_w = canvas[0] or grid_h, canvas[1] or grid_w
-    h_coords = torch.linspace(0, canvas_h - 1, grid_h).round().long() + offset[0]
-    w_coords = torch.linspace(0, canvas_w - 1, grid_w).round().long() + offset[1]
-    h_grid, w_grid = torch.meshgrid(h_coords, w_coords, indexing="ij")
-    return torch.stack([torch.zeros_like(h_grid), h_grid, w_grid], dim=0).reshape(3, -1) + start
+    ids = _canvas_grid(grid_h, grid_w, canvas[0] or grid_h, canvas[1] or grid_w) + start
+    ids[1:] += np.array(offset, dtype=np.int64)[:, None]
+    return ids
 
 
 class _Sizes:
@@ -133,7 +148,7 @@ def _check_crop(start: int, end: int, size: list[int], merge: int, row: int) -> 
         )
 
 
-def _frame(positions: torch.Tensor, frame: tuple, origin: int, sizes: _Sizes, merge: int, row: int) -> int:
+def _frame(positions: np.ndarray, frame: tuple, origin: int, sizes: _Sizes, merge: int, row: int) -> int:
     """Lay one frame out at ``origin``; returns the next position."""
     modality, thumb_start, thumb_end, frame_end, slices = frame
     frame_start = thumb_start - 1
@@ -173,29 +188,31 @@ def _frame(positions: torch.Tensor, frame: tuple, origin: int, sizes: _Sizes, me
     return origin + max(canvas_h, canvas_w) + 1
 
 
-def _row(tokens: list[int], types: list[int], markers: tuple[int, ...], sizes: _Sizes, merge: int, row: int) -> Any:
-    length = len(tokens)
-    positions = torch.arange(length, dtype=torch.long).expand(3, -1).clone()
+def _row(
+    tokens: np.ndarray, types: np.ndarray, markers: tuple[int, ...], sizes: _Sizes, merge: int, row: int
+) -> np.ndarray:
+    length = tokens.size
+    positions = np.broadcast_to(np.arange(length), (3, length)).copy()
     position = index = 0
     for group_start, group_end, frames in _groups(tokens, types, markers):
         if group_start > index:
-            positions[:, index:group_start] = torch.arange(group_start - index) + position
+            positions[:, index:group_start] = np.arange(group_start - index) + position
             position += group_start - index
         cursor = group_start
         for frame in frames:
             frame_start = frame[1] - 1
             if frame_start > cursor:  # text between two frames of a clip, then one position of room
-                positions[:, cursor:frame_start] = torch.arange(frame_start - cursor) + position
+                positions[:, cursor:frame_start] = np.arange(frame_start - cursor) + position
                 position += frame_start - cursor + 1
             frame = (*frame[:3], min(frame[3], group_end), frame[4])
             position = _frame(positions, frame, position, sizes, merge, row)
             cursor = frame[3]
         if cursor < group_end:
-            positions[:, cursor:group_end] = torch.arange(group_end - cursor) + position
+            positions[:, cursor:group_end] = np.arange(group_end - cursor) + position
             position += group_end - cursor
         index = group_end
     if index < length:
-        positions[:, index:length] = torch.arange(length - index) + position
+        positions[:, index:length] = np.arange(length - index) + position
     return positions
 
 
@@ -222,13 +239,11 @@ def minicpmv_positions(
         raise InvalidInput("mm_token_type_ids may hold 0 (text), 1 (image) or 2 (video)", field="mm_token_type_ids")
     mask, lengths = mask_and_lengths(attention_mask, ids)
     sizes = _Sizes(_sizes(target_sizes, "target_sizes"), _sizes(target_sizes_videos, "target_sizes_videos"))
-    positions = torch.zeros((3, *ids.shape), dtype=torch.long)
-    mask_t = torch.from_numpy(mask)
+    positions = np.zeros((3, *ids.shape), dtype=np.int64)
     for b in range(ids.shape[0]):
-        row = _row(ids[b][mask[b]].tolist(), types[b][mask[b]].tolist(), markers.ids(), sizes, merge, b)
-        positions[:, b, mask_t[b]] = row
-    deltas = positions.amax(dim=(0, 2)).unsqueeze(1) + 1 - torch.from_numpy(lengths).unsqueeze(1)
-    return MRopePositions(positions, deltas, mask_t)
+        positions[:, b, mask[b]] = _row(ids[b][mask[b]], types[b][mask[b]], markers.ids(), sizes, merge, b)
+    deltas = positions.max(axis=(0, 2), initial=0)[:, None] + 1 - lengths[:, None]
+    return MRopePositions(torch.from_numpy(positions), torch.from_numpy(deltas), torch.from_numpy(mask))
 
 
 def _sizes(value: IntsLike | None, name: str) -> list[list[int]]:
