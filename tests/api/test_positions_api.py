@@ -323,5 +323,6 @@ def test_minicpmv_over_http_equals_its_get_rope_index(client: TestClient) -> Non
     assert torch.equal(torch.tensor(body["position_ids"]), expected)
     assert torch.equal(torch.tensor(body["mrope_position_deltas"]), deltas)
     too_big = {"target_sizes": [[2**63, 8]] + sizes[1:]}
-    for bad in (too_big, {"marker_ids": {"newline": 905}}, {"downsample_mode": "8x"}):
+    hostile_markers = [{"marker_ids": {**markers, "newline": value}} for value in (2**63, 10**400, -1)]
+    for bad in (too_big, {"marker_ids": {"newline": 905}}, {"downsample_mode": "8x"}, *hostile_markers):
         assert client.post("/v1/mrope/positions", json={**request, **bad}).status_code == 422

@@ -260,6 +260,9 @@ def _minicpmv_prefill(body: MRopePositionsRequest, family: str, merge: int | Non
     missing = [name for name in MARKER_NAMES if not isinstance(source.get(name), int) or isinstance(source[name], bool)]
     if missing:
         raise InvalidInput(f"give marker_ids (or a config) with {', '.join(missing)}", field="marker_ids")
+    for name in MARKER_NAMES:
+        if not 0 <= source[name] <= INT64_MAX:
+            raise InvalidInput(f"marker_ids.{name} must be a token id in [0, 2**63 - 1]", field=f"marker_ids.{name}")
     return minicpmv_positions(
         input_ids=body.input_ids,
         mm_token_type_ids=body.mm_token_type_ids,
