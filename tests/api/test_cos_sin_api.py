@@ -300,3 +300,27 @@ def test_nan_factor_is_a_problem_naming_the_factor(client: TestClient) -> None:
     raw = b'{"rope": {"head_dim": 8, "rope_type": "linear", "factor": NaN}, "positions": [0]}'
     response = client.post(URL, content=raw, headers={"content-type": "application/json"})
     assert_problem(response, 422, "invalid-input", "rope.factor")
+
+
+def test_dynamic_ntk_vllm_over_http(client: TestClient) -> None:
+    from engine_oracles import vllm_dynamic_ntk_cos_sin_cache
+
+    rope = {"rope_type": "dynamic", "factor": 2.0, "head_dim": 64, "max_position_embeddings": 256}
+    body = client.post(URL, json={"rope": rope, "positions": [0, 7, 511], "dynamic_ntk": "vllm"}).json()
+    cache = vllm_dynamic_ntk_cos_sin_cache(64, 256, 10000.0, 2.0)
+    assert body["dynamic_ntk"] == "vllm" and body["rope_type"] == "dynamic"
+    assert torch.equal(json_tensor(body["cos"], torch.float32)[:, :32], cache[[0, 7, 511], :32])
+    short = {"rope": rope, "positions": [7]}
+    transformers_rule = client.post(URL, json=short).json()
+    assert transformers_rule["cos"] != client.post(URL, json={**short, "dynamic_ntk": "vllm"}).json()["cos"]
+    past = client.post(URL, json={"rope": rope, "positions": [512], "dynamic_ntk": "vllm"})
+    assert_problem(past, 422, "invalid-input", "positions")
+    for factor in (1e308, 10**400, float("nan"), -2.0, 2**63):
+        hostile = {**rope, "factor": factor}
+        response = client.post(
+            URL,
+            content=json.dumps({"rope": hostile, "positions": [1], "dynamic_ntk": "vllm"}),
+            headers={"content-type": "application/json"},
+        )
+        assert response.status_code == 422, (factor, response.text)
+    assert client.post(URL, json={"rope": rope, "positions": [1], "dynamic_ntk": "sglang"}).status_code == 422

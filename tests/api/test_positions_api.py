@@ -162,3 +162,186 @@ def test_vision_rope_reads_the_head_size_from_the_preset(client: TestClient) -> 
     cos, _ = vision_cos_sin(torch.tensor(body["hw_ids"]), 80)
     assert torch.equal(torch.tensor(body["cos"]), cos)
     assert post(client, "/v1/vision/rope", {"grid_thw": [[1, 4, 4]]}, status=422)["field"] == "head_dim"
+
+
+def test_qwen3_5_config_gives_mrope_positions_equal_to_its_get_rope_index(client: TestClient) -> None:
+    """The Qwen3.5 config that /v1/rope/cos-sin accepts was a 422 "unknown M-RoPE family 'qwen3_5'" here."""
+    import json
+    from pathlib import Path
+
+    config = json.loads((Path(__file__).parents[1] / "fixtures/configs/Qwen__Qwen3.5-0.8B.json").read_text())
+    rows = [[{"text": 3}, {"image": [1, 4, 6]}, {"text": 2}, {"video": [2, 4, 4], "frame_gaps": 3}, {"text": 1}]]
+    batch = render_tokens(rows, "qwen3_5", 2)
+    ids = batch.input_ids.clone()
+    ids[batch.mm_token_type_ids == 1] = config["image_token_id"]
+    ids[batch.mm_token_type_ids == 2] = config["video_token_id"]
+    expected_ids, expected_deltas = hf_get_rope_index("qwen3_5", input_ids=ids, **batch.kwargs())
+    token_form = {"input_ids": ids.tolist(), "video_grid_thw": [[2, 4, 4]], "image_grid_thw": [[1, 4, 6]]}
+    for form in ({"rows": rows}, token_form):
+        for model in ({"config": config}, {"preset": "qwen3.5-0.8b"}, {"family": "qwen3_5"}, {"family": "qwen3_5_moe"}):
+            body = post(client, "/v1/mrope/positions", {**model, **form})
+            assert torch.equal(torch.tensor(body["position_ids"]), expected_ids)
+            assert torch.equal(torch.tensor(body["mrope_position_deltas"]), expected_deltas)
+
+
+@pytest.mark.parametrize("compat", ["vllm", "sglang"])
+def test_engine_compat_over_http(client: TestClient, compat: str) -> None:
+    rows = [[{"text": 1}, {"video": [30, 2, 2], "second_per_grid_t": 0.7}]]
+    model = {"family": "qwen2_5_vl", "tokens_per_second": 25, "rows": rows}
+    engine = post(client, "/v1/mrope/positions", {**model, "compat": compat})
+    default = post(client, "/v1/mrope/positions", model)
+    assert engine["compat"] == compat
+    t_engine, t_default = engine["position_ids"][0][0][1:], default["position_ids"][0][0][1:]
+    assert [k for k, (a, b) in enumerate(zip(t_engine, t_default, strict=True)) if a != b] == [6, 12, 24, 26]
+
+
+def test_qwen2_5_omni_over_http_equals_its_get_rope_index(client: TestClient) -> None:
+    from omni_oracle import as_segments, hf_omni_get_rope_index, render_omni
+
+    rows = [
+        [{"text": 3}, {"video": [4, 4, 4], "second_per_grid_t": 1.0, "audio_seqlen": 400}, {"text": 2}],
+        [{"text": 2}, {"audio_seqlen": 90}, {"text": 2}, {"image": [1, 4, 2]}, {"text": 3}],
+    ]
+    batch = render_omni(rows, 2, use_audio_in_video=True, pads=[0, 0], left=True)
+    expected_ids, expected_deltas = hf_omni_get_rope_index(batch, merge=2, pps=25, seconds_per_chunk=2)
+    token_form = {
+        "family": "qwen2_5_omni",
+        "input_ids": batch.input_ids.tolist(),
+        "attention_mask": batch.attention_mask.tolist(),
+        "image_grid_thw": batch.image_grid_thw.tolist(),
+        "video_grid_thw": batch.video_grid_thw.tolist(),
+        "second_per_grid_ts": batch.second_per_grid_ts.tolist(),
+        "audio_seqlens": batch.audio_seqlens.tolist(),
+        "use_audio_in_video": True,
+    }
+    body = post(client, "/v1/mrope/positions", token_form)
+    assert torch.equal(torch.tensor(body["position_ids"]), expected_ids)
+    assert torch.equal(torch.tensor(body["mrope_position_deltas"]), expected_deltas)
+    segments = {"family": "qwen2_5_omni", "rows": as_segments(rows, 2), "padding_side": "left"}
+    body = post(client, "/v1/mrope/positions", segments)
+    assert torch.equal(torch.tensor(body["position_ids"]), expected_ids)
+    for hostile in (10**400, 2**63, -5):
+        response = client.post("/v1/mrope/positions", json={**token_form, "audio_seqlens": [hostile, 90]})
+        assert response.status_code == 422, response.text
+    for hostile in (1e308, 10**400, -1):
+        response = client.post("/v1/mrope/positions", json={**segments, "position_id_per_seconds": hostile})
+        assert response.status_code == 422, response.text
+    mm_types = {"family": "qwen2_5_omni", "mm_token_type_ids": [[0, 0]]}
+    assert client.post("/v1/mrope/positions", json=mm_types).status_code == 422
+
+
+def test_glm_image_over_http_gives_prefill_and_decode_positions(client: TestClient) -> None:
+    import types
+
+    from transformers.models.glm_image.modeling_glm_image import GlmImageModel
+
+    ids = torch.tensor([[7, 7, 16384, *[167855] * 6, 16385, 7, 16384], [7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 16384, 7]])
+    grids = torch.tensor([[1, 2, 3], [1, 4, 4], [1, 3, 5]])
+    per_sample = torch.tensor([2, 1])
+    stand_in = types.SimpleNamespace(config=types.SimpleNamespace(image_start_token_id=16384, image_end_token_id=16385))
+    stand_in.get_vision_position_ids = types.MethodType(GlmImageModel.get_vision_position_ids, stand_in)
+    expected, deltas = GlmImageModel.get_rope_index(stand_in, ids, image_grid_thw=grids, images_per_sample=per_sample)
+    body = post(
+        client,
+        "/v1/mrope/positions",
+        {
+            "family": "glm_image",
+            "input_ids": ids.tolist(),
+            "image_grid_thw": grids.tolist(),
+            "images_per_sample": per_sample.tolist(),
+        },
+    )
+    assert torch.equal(torch.tensor(body["position_ids"]), expected)
+    assert torch.equal(torch.tensor(body["mrope_position_deltas"]), deltas)
+    assert torch.equal(torch.tensor(body["decode_position_ids"]), stand_in._cached_decode_position_ids)
+    bad = {"family": "glm_image", "input_ids": ids.tolist(), "image_grid_thw": grids.tolist()}
+    for counts in ([2**63, 1], [10**400, 0], [-1, 4]):
+        assert client.post("/v1/mrope/positions", json={**bad, "images_per_sample": counts}).status_code == 422
+    rows = [
+        [{"text": 2}, {"image": [1, 2, 3]}, {"text": 2}, {"generate": [1, 4, 4]}],
+        [{"text": 12}, {"generate": [1, 3, 5]}],
+    ]
+    segments = post(client, "/v1/mrope/positions", {"family": "glm_image", "rows": rows})
+    assert torch.equal(torch.tensor(segments["position_ids"]), expected)
+    assert torch.equal(torch.tensor(segments["decode_position_ids"]), stand_in._cached_decode_position_ids)
+    bad_rows = [[{"generate": [1, 2, 2]}, {"image": [1, 2, 2]}]]
+    assert client.post("/v1/mrope/positions", json={"family": "glm_image", "rows": bad_rows}).status_code == 422
+
+
+def test_hunyuan_vl_over_http_gives_four_axes(client: TestClient) -> None:
+    types_ = [[0, 0, 1, 1, 1, 1, 1, 1, 0], [0, 1, 1, 1, 1, 1, 1, 1, 1]]  # 2x(2+1) grid; 6 + 2 marker tokens
+    body = post(
+        client,
+        "/v1/mrope/positions",
+        {"family": "hunyuan_vl", "mm_token_type_ids": types_, "image_grid_thw": [[1, 4, 4], [1, 4, 4]]},
+    )
+    ids = torch.tensor(body["position_ids"])
+    assert ids.shape == (4, 2, 9)
+    assert ids[:, 0, 2:8].tolist() == [[2, 3, 4, 5, 6, 7], [0, 1, 2, 0, 1, 2], [0, 0, 0, 1, 1, 1], [0] * 6]
+    assert ids[3, 1, 2:8].tolist() == [1] * 6 and ids[:, 1, 1].tolist() == [1, 1, 1, 1]  # its markers stay 1-D
+    rows = [
+        [{"text": 2}, {"image": [1, 4, 4]}, {"text": 1}],
+        [{"text": 1}, {"image": [1, 4, 4], "markers": True}],
+    ]
+    segments = post(client, "/v1/mrope/positions", {"family": "hunyuan_vl", "rows": rows})
+    assert torch.equal(torch.tensor(segments["position_ids"]), ids)
+    for axes in (2, 17, 2**63):
+        too_many = {"family": "hunyuan_vl", "mm_token_type_ids": types_, "num_axes": axes}
+        assert client.post("/v1/mrope/positions", json=too_many).status_code == 422
+
+
+def test_qwen3_omni_over_http_gives_float_positions(client: TestClient) -> None:
+    from omni_oracle import audio_tokens_qwen3, hf_qwen3_omni_get_rope_index, render_omni
+
+    rows = [[{"text": 2}, {"video": [3, 4, 4], "second_per_grid_t": 0.7, "audio_seqlen": 130}, {"text": 3}]]
+    batch = render_omni(rows, 2, use_audio_in_video=True, pads=[0], left=True, tokens_of=audio_tokens_qwen3)
+    expected_ids, expected_deltas = hf_qwen3_omni_get_rope_index(batch, merge=2, pps=25)
+    body = post(
+        client,
+        "/v1/mrope/positions",
+        {
+            "family": "qwen3_omni_moe",
+            "input_ids": batch.input_ids.tolist(),
+            "attention_mask": batch.attention_mask.tolist(),
+            "video_grid_thw": batch.video_grid_thw.tolist(),
+            "second_per_grid_ts": batch.second_per_grid_ts.tolist(),
+            "audio_seqlens": batch.audio_seqlens.tolist(),
+            "use_audio_in_video": True,
+        },
+    )
+    assert torch.equal(torch.tensor(body["position_ids"], dtype=torch.float32), expected_ids)
+    assert torch.equal(torch.tensor(body["mrope_position_deltas"], dtype=torch.float32), expected_deltas)
+    assert any(value % 1 for value in body["position_ids"][0][0])  # fractional times survive
+
+
+def test_minicpmv_over_http_equals_its_get_rope_index(client: TestClient) -> None:
+    import types
+
+    from transformers.models.minicpmv4_7.modeling_minicpmv4_7 import MiniCPMV4_7Model
+
+    markers = {"slice_start": 901, "slice_end": 902, "image_start": 903, "image_end": 904, "newline": 905}
+    thumb, crop = [8] * 4, [8] * 2
+    ids = [7, 903, *thumb, 904, 901, *crop, 902, 901, *crop, 902, 905, 901, *crop, 902, 901, *crop, 902, 7, 7]
+    kinds = [1 if token == 8 else 0 for token in ids]
+    sizes = [[8, 8], [4, 8], [4, 8], [4, 8], [4, 8]]
+    config = types.SimpleNamespace(downsample_mode="16x", **{f"{name}_id": value for name, value in markers.items()})
+    stand_in = types.SimpleNamespace(config=config, _frame_end_idx=MiniCPMV4_7Model._frame_end_idx)
+    for name in ("_group_visual_frames", "get_vision_position_ids"):
+        setattr(stand_in, name, types.MethodType(getattr(MiniCPMV4_7Model, name), stand_in))
+    expected, deltas = MiniCPMV4_7Model.get_rope_index(
+        stand_in, torch.tensor([ids]), mm_token_type_ids=torch.tensor([kinds]), target_sizes=torch.tensor(sizes)
+    )
+    request = {
+        "family": "minicpmv4_7",
+        "input_ids": [ids],
+        "mm_token_type_ids": [kinds],
+        "target_sizes": sizes,
+        "marker_ids": markers,
+    }
+    body = post(client, "/v1/mrope/positions", request)
+    assert torch.equal(torch.tensor(body["position_ids"]), expected)
+    assert torch.equal(torch.tensor(body["mrope_position_deltas"]), deltas)
+    too_big = {"target_sizes": [[2**63, 8]] + sizes[1:]}
+    hostile_markers = [{"marker_ids": {**markers, "newline": value}} for value in (2**63, 10**400, -1)]
+    for bad in (too_big, {"marker_ids": {"newline": 905}}, {"downsample_mode": "8x"}, *hostile_markers):
+        assert client.post("/v1/mrope/positions", json={**request, **bad}).status_code == 422

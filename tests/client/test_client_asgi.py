@@ -67,3 +67,19 @@ def test_mrope_rotation_keeps_shape_and_dtype_and_errors_are_typed() -> None:
         assert bad_positions.value.field == "positions"
 
     run_in_app(scenario)
+
+
+def test_apply_rope_table_and_vision_apply_through_the_client() -> None:
+    async def scenario(client: rc.AsyncClient) -> None:
+        table = await client.cos_sin(range(16), rope=ROPE_8)
+        cache = torch.cat((table["cos"][:, :4], table["sin"][:, :4]), dim=-1)  # vLLM's layout
+        q, k = torch.randn(5, 2 * 8), torch.randn(5, 8)
+        own = await client.apply_rope(q, k, positions=[3, 1, 4, 1, 5], rope=ROPE_8, layout="flat")
+        with_table = await client.apply_rope_table(q, k, positions=[3, 1, 4, 1, 5], cos_sin_cache=cache, rope=ROPE_8)
+        assert torch.equal(with_table["q"], own["q"]) and torch.equal(with_table["k"], own["k"])
+        assert with_table.meta["table"]["first_differing_position"] is None
+        vision = {"grid_thw": [[1, 2, 2]], "spatial_merge_size": 2, "head_dim": 8}
+        rotated = await client.apply_vision_rope(torch.randn(4, 2, 8), **vision)
+        assert rotated["q"].shape == (4, 2, 8)
+
+    run_in_app(scenario)

@@ -3,6 +3,7 @@ and hypothesis strategies for M-RoPE batches."""
 
 from __future__ import annotations
 
+import importlib
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -10,21 +11,55 @@ from typing import Any
 import numpy as np
 import torch
 from hypothesis import strategies as st
-from transformers.models.glm4v.modeling_glm4v import Glm4vModel
-from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
-from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
-from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5Model
-from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
 
-FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "glm4v")
-SPLIT_FAMILIES = {"qwen3_vl", "qwen3_5", "glm4v"}
-HF_MODEL_CLASSES = {
-    "qwen2_vl": Qwen2VLModel,
-    "qwen2_5_vl": Qwen2_5_VLModel,
-    "qwen3_vl": Qwen3VLModel,
-    "qwen3_5": Qwen3_5Model,
-    "glm4v": Glm4vModel,
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v")
+MODULE_MODEL_CLASSES = {
+    "qwen2_vl": "Qwen2VLModel",
+    "qwen2_5_vl": "Qwen2_5_VLModel",
+    "qwen3_vl": "Qwen3VLModel",
+    "glm4v": "Glm4vModel",
+    "qwen3_vl_moe": "Qwen3VLMoeModel",
+    "qwen3_5": "Qwen3_5Model",
+    "qwen3_5_moe": "Qwen3_5MoeModel",
+    "qwen4_exp": "Qwen4ExpModel",
+    "glm4v_moe": "Glm4vMoeModel",
+    "glm46v": "Glm46VModel",
+    "glm_ocr": "GlmOcrModel",
+    "cohere_compass": "CohereCompassModel",
+    "cosmos3_edge": "Cosmos3EdgeModel",
+    "cosmos3_omni": "Cosmos3OmniModel",
+    "paddleocr_vl": "PaddleOCRVLModel",
+    "ernie4_5_vl_moe": "Ernie4_5_VLMoeModel",
+    "hy_v4_vl": "HYV4VLModel",
 }
+"""transformers 5.24 module -> the class whose ``get_rope_index`` is the oracle."""
+SPLIT_FAMILIES = {
+    "qwen3_vl",
+    "glm4v",
+    "qwen3_vl_moe",
+    "qwen3_5",
+    "qwen3_5_moe",
+    "qwen4_exp",
+    "glm4v_moe",
+    "glm46v",
+    "glm_ocr",
+    "cohere_compass",
+    "cosmos3_edge",
+    "cosmos3_omni",
+}
+"""Modules that split a video into one block per frame (their get_rope_index repeats the grid t times)."""
+VIDEO_T_MERGE = {"ernie4_5_vl_moe": 2}
+"""Modules whose videos merge frames in time (``t // temporal_merge_size`` LLM frames)."""
+ROW_END_TOKENS = {"hy_v4_vl": 1}
+"""Modules whose vision rows end with extra tokens (HY-V4-VL: a newline per row, ``w + 1`` columns)."""
+
+
+def hf_model_class(module: str) -> Any:
+    """The transformers 5.24 class of ``module`` (imported on first use)."""
+    loaded = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
+    return getattr(loaded, MODULE_MODEL_CLASSES[module])
+
+
 TEXT_ID, IMAGE_ID, VIDEO_ID = 100, 151655, 151656
 
 
@@ -42,8 +77,12 @@ def hf_get_rope_index(
     tokens_per_second: float = 2,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``XModel.get_rope_index`` called unbound on a stand-in ``self`` (spec §8 S3)."""
-    cls = HF_MODEL_CLASSES[family]
-    vision_config = types.SimpleNamespace(spatial_merge_size=spatial_merge_size, tokens_per_second=tokens_per_second)
+    cls = hf_model_class(family)
+    vision_config = types.SimpleNamespace(
+        spatial_merge_size=spatial_merge_size,
+        tokens_per_second=tokens_per_second,
+        temporal_merge_size=VIDEO_T_MERGE.get(family, 1),
+    )
     stand_in = types.SimpleNamespace(config=types.SimpleNamespace(vision_config=vision_config))
     stand_in.get_vision_position_ids = types.MethodType(cls.get_vision_position_ids, stand_in)
     kwargs: dict[str, Any] = {}
@@ -82,12 +121,13 @@ class TokenBatch:
 
 def _row_types(segments: list[dict[str, Any]], family: str, merge: int) -> list[int]:
     out: list[int] = []
+    row_end = ROW_END_TOKENS.get(family, 0)
     for segment in segments:
         if "text" in segment:
             out += [0] * segment["text"]
         elif "image" in segment:
             t, h, w = segment["image"]
-            out += [1] * (t * (h // merge) * (w // merge))
+            out += [1] * (t * (h // merge) * (w // merge + row_end))
         else:
             t, h, w = segment["video"]
             if family in SPLIT_FAMILIES:
@@ -98,7 +138,7 @@ def _row_types(segments: list[dict[str, Any]], family: str, merge: int) -> list[
                         out += [0] * gaps[frame - 1]
                     out += [2] * ((h // merge) * (w // merge))
             else:
-                out += [2] * (t * (h // merge) * (w // merge))
+                out += [2] * ((t // VIDEO_T_MERGE.get(family, 1)) * (h // merge) * (w // merge + row_end))
     return out
 
 
@@ -187,7 +227,7 @@ def reference_row(
                         current += gaps[frame - 1]
                     vision(1, h // merge, w // merge, None)
             else:
-                vision(t, h // merge, w // merge, step)
+                vision(t // VIDEO_T_MERGE.get(family, 1), h // merge, w // merge, step)
     count = len(axes[0])
     delta = (max(max(axis) for axis in axes) + 1 - count) if count else 0
     return axes, delta
@@ -218,7 +258,8 @@ def segment_rows(draw: st.DrawFn, family: str, merge: int, max_rows: int = 4) ->
             if kind == "image":
                 items.append({"image": [draw(st.sampled_from([1, 1, 1, 2])), h, w]})
                 continue
-            segment: dict[str, Any] = {"video": [draw(st.integers(1, 4)), h, w]}
+            t_merge = VIDEO_T_MERGE.get(family, 1)
+            segment: dict[str, Any] = {"video": [draw(st.integers(t_merge, 4 * t_merge)), h, w]}
             if family == "qwen2_5_vl":
                 segment["second_per_grid_t"] = draw(
                     st.one_of(st.sampled_from(SECONDS_CHOICES), st.floats(0.015625, 3.0, width=32))

@@ -26,6 +26,7 @@ from ropeserve.api import (
     routes_rope,
     routes_rotation,
     routes_shm,
+    routes_tables,
 )
 from ropeserve.api.docs import install_docs, operation_id
 from ropeserve.api.middleware import ServiceMiddleware, configure_access_log
@@ -44,6 +45,7 @@ ROUTERS = [
     routes_positions.router,
     routes_encodings.router,
     routes_lint.router,
+    routes_tables.router,
 ]
 DESCRIPTION = (
     "Reference service for position encodings in LLM serving: position ids (1-D and M-RoPE), cos/sin for "

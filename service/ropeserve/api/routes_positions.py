@@ -29,6 +29,7 @@ from ropeserve.config.normalize import MAX_HEAD_DIM
 from ropeserve.errors import InvalidInput, check_limit
 from ropeserve.positions import (
     DEFAULT_COMPAT,
+    INT64_MAX,
     decode_positions,
     mrope_decode_positions,
     mrope_positions_from_segments,
@@ -38,6 +39,10 @@ from ropeserve.positions import (
     slice_prefill_positions,
     vision_position_ids,
 )
+from ropeserve.positions.glm_image import glm_image_positions, glm_image_positions_from_segments
+from ropeserve.positions.hunyuan_vl import hunyuan_vl_positions, hunyuan_vl_positions_from_segments
+from ropeserve.positions.minicpm_v import MiniCpmMarkers, minicpmv_positions
+from ropeserve.positions.omni import omni_positions_from_segments, omni_positions_from_tokens
 from ropeserve.rope import mrope_cos_sin, vision_cos_sin
 
 GRID_AXES = 3
@@ -54,7 +59,7 @@ VISION_HEAD_DIM_MIN = 4
 router = APIRouter(tags=["positions"], route_class=JSONInThreadRoute)
 ERRORS = problem_responses(406, 413, 422)
 IntMatrix = list[list[Int64]]
-Compat = Literal["transformers5", "transformers4"]
+Compat = Literal["transformers5", "transformers4", "vllm", "sglang"]
 
 
 class PositionsRequest(StrictModel):
@@ -164,7 +169,9 @@ def vision_config(config: Mapping[str, Any]) -> VisionConfig:
 class MRopeModel(StrictModel):
     """Which M-RoPE family and vision settings: ``family`` and/or a ``preset``/``config`` to read them from."""
 
-    family: str | None = Field(None, description="qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5, glm4v (or an alias).")
+    family: str | None = Field(
+        None, description="A transformers module name: qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5, glm4v, ... (README)."
+    )
     preset: str | None = Field(None, description="A preset whose model_type and vision_config give the family.")
     config: dict[str, Any] | None = Field(None, description="A config.json giving model_type and vision_config.")
     spatial_merge_size: Int64 | None = Field(None, ge=1, le=64, description="Default: the config's, else the family's.")
@@ -204,10 +211,24 @@ class MRopePositionsRequest(MRopeModel):
     video_grid_thw: IntMatrix | None = Field(None, description="[N_vid, 3] (t, h, w) in patches, batch order.")
     second_per_grid_ts: list[float] | None = Field(None, description="Qwen2.5-VL: seconds per temporal patch.")
     attention_mask: IntMatrix | None = Field(None, description="[B, L] 0/1 (token form).")
+    images_per_sample: list[int] | None = Field(None, description="GLM-Image: how many grids each row owns.")
+    num_axes: int = Field(4, ge=3, le=16, description="HunYuan-VL: position axes (len of its mrope_section).")
+    target_sizes: IntMatrix | None = Field(None, description="MiniCPM-V 4.7: [H, W] of each image crop, in order.")
+    target_sizes_videos: IntMatrix | None = Field(None, description="MiniCPM-V 4.7: [H, W] of each video crop.")
+    downsample_mode: Literal["16x", "4x"] = Field("16x", description="MiniCPM-V 4.7: patches merged per token.")
+    marker_ids: dict[str, int] | None = Field(
+        None,
+        description="MiniCPM-V 4.7: slice_start, slice_end, image_start, image_end, newline token ids (default: "
+        "the config's *_id keys).",
+    )
+    audio_seqlens: list[int] | None = Field(None, description="Qwen2.5-Omni token form: audio feature frames each.")
+    use_audio_in_video: bool = Field(False, description="Qwen2.5-Omni token form: videos carry their audio.")
+    position_id_per_seconds: float | None = Field(None, description="Qwen2.5-Omni time scale (default 25).")
+    seconds_per_chunk: float | None = Field(None, description="Qwen2.5-Omni audio/video chunk (default 2 s).")
     compat: Compat = Field(
         DEFAULT_COMPAT.value,  # type: ignore[arg-type]
-        description="Where text after a video continues: transformers5 (start + max(h, w)/merge; the pinned "
-        "oracle, default) or transformers4 (max position + 1: transformers 4.x, original Qwen code, vLLM).",
+        description="Which implementation to reproduce: transformers5 (the pinned oracle, default), transformers4, "
+        "vllm or sglang (README: where transformers versions or engines disagree).",
     )
     padding_side: Literal["left", "right"] = Field("right", description="Segment form: where shorter rows pad.")
     fill_value: Int64 = Field(0, description="Value of padded slots (transformers 5 uses 0).")
@@ -216,6 +237,9 @@ class MRopePositionsRequest(MRopeModel):
 
     @model_validator(mode="after")
     def _one_form(self) -> MRopePositionsRequest:
+        family = self.family or (self.config or {}).get("model_type")
+        if self.mm_token_type_ids is not None and self.input_ids is not None and family == "minicpmv4_7":
+            return self  # MiniCPM-V 4.7 needs both (types for the crops, ids for the markers)
         require_exactly_one(self, ("rows", "mm_token_type_ids", "input_ids"))
         return self
 
@@ -224,8 +248,112 @@ class MRopePositionsRequest(MRopeModel):
         return sum(len(row) for row in matrix)
 
 
+def _omni_prefill(body: MRopePositionsRequest, family: str, merge: int | None, limit: int) -> Any:
+    """Qwen2.5-Omni: segment rows or ``input_ids`` + grids + ``audio_seqlens`` (no ``mm_token_type_ids``)."""
+    options: dict[str, Any] = {
+        "family": family,
+        "spatial_merge_size": merge,
+        "position_id_per_seconds": body.position_id_per_seconds,
+        "seconds_per_chunk": body.seconds_per_chunk,
+        "fill_value": body.fill_value if "fill_value" in body.model_fields_set else None,
+    }
+    if body.rows is not None:
+        return omni_positions_from_segments(body.rows, padding_side=body.padding_side, max_tokens=limit, **options)
+    if body.input_ids is None:
+        raise InvalidInput("Omni models take input_ids (their token ids say which tokens are audio)", field="input_ids")
+    check_limit(body.tokens(), limit, "tokens", "input_ids")
+    return omni_positions_from_tokens(
+        input_ids=body.input_ids,
+        image_grid_thw=body.image_grid_thw,
+        video_grid_thw=body.video_grid_thw,
+        second_per_grid_ts=body.second_per_grid_ts,
+        audio_seqlens=body.audio_seqlens,
+        attention_mask=body.attention_mask,
+        use_audio_in_video=body.use_audio_in_video,
+        image_token_id=body.image_token_id,
+        video_token_id=body.video_token_id,
+        **options,
+    )
+
+
+def _glm_image_prefill(body: MRopePositionsRequest, family: str, merge: int | None, limit: int) -> Any:
+    """GLM-Image: segment rows, or ``input_ids`` with its image start/end markers + grids + ``images_per_sample``."""
+    if body.rows is not None:
+        return glm_image_positions_from_segments(body.rows, padding_side=body.padding_side, max_tokens=limit)
+    if body.input_ids is None:
+        raise InvalidInput("GLM-Image takes rows or input_ids (with its image start/end markers)", field="input_ids")
+    check_limit(body.tokens(), limit, "tokens", "input_ids")
+    return glm_image_positions(
+        input_ids=body.input_ids,
+        image_grid_thw=body.image_grid_thw,
+        images_per_sample=body.images_per_sample,
+        attention_mask=body.attention_mask,
+    )
+
+
+def _hunyuan_vl_prefill(body: MRopePositionsRequest, family: str, merge: int | None, limit: int) -> Any:
+    """HunYuan-VL (XD-RoPE): segment rows, or ``mm_token_type_ids`` + ``image_grid_thw``; ``num_axes`` rows."""
+    merge = 2 if merge is None else merge
+    if body.rows is not None:
+        return hunyuan_vl_positions_from_segments(
+            body.rows,
+            spatial_merge_size=merge,
+            num_axes=body.num_axes,
+            padding_side=body.padding_side,
+            max_tokens=limit // body.num_axes,
+        )
+    if body.mm_token_type_ids is None:
+        raise InvalidInput("HunYuan-VL takes mm_token_type_ids and image_grid_thw", field="mm_token_type_ids")
+    check_limit(body.tokens() * body.num_axes, limit, "positions", "mm_token_type_ids")
+    return hunyuan_vl_positions(
+        mm_token_type_ids=body.mm_token_type_ids,
+        image_grid_thw=body.image_grid_thw,
+        attention_mask=body.attention_mask,
+        spatial_merge_size=merge,
+        num_axes=body.num_axes,
+    )
+
+
+MARKER_NAMES = ("slice_start", "slice_end", "image_start", "image_end", "newline")
+
+
+def _minicpmv_prefill(body: MRopePositionsRequest, family: str, merge: int | None, limit: int) -> Any:
+    """MiniCPM-V 4.7: ``input_ids`` + ``mm_token_type_ids`` + target sizes; marker ids from the request or config."""
+    if body.input_ids is None or body.mm_token_type_ids is None:
+        raise InvalidInput("MiniCPM-V 4.7 takes input_ids and mm_token_type_ids", field="input_ids")
+    check_limit(body.tokens(), limit, "tokens", "input_ids")
+    source = body.marker_ids or {name: (body.config or {}).get(f"{name}_id") for name in MARKER_NAMES}
+    missing = [name for name in MARKER_NAMES if not isinstance(source.get(name), int) or isinstance(source[name], bool)]
+    if missing:
+        raise InvalidInput(f"give marker_ids (or a config) with {', '.join(missing)}", field="marker_ids")
+    for name in MARKER_NAMES:
+        if not 0 <= source[name] <= INT64_MAX:
+            raise InvalidInput(f"marker_ids.{name} must be a token id in [0, 2**63 - 1]", field=f"marker_ids.{name}")
+    return minicpmv_positions(
+        input_ids=body.input_ids,
+        mm_token_type_ids=body.mm_token_type_ids,
+        markers=MiniCpmMarkers(**{name: source[name] for name in MARKER_NAMES}),
+        target_sizes=body.target_sizes,
+        target_sizes_videos=body.target_sizes_videos,
+        downsample_mode=body.downsample_mode,
+        attention_mask=body.attention_mask,
+    )
+
+
+SPECIAL_PREFILLS = {
+    "minicpmv4_7": _minicpmv_prefill,
+    "qwen2_5_omni": _omni_prefill,
+    "qwen3_omni_moe": _omni_prefill,
+    "glm_image": _glm_image_prefill,
+    "hunyuan_vl": _hunyuan_vl_prefill,
+}
+"""Families with their own position function (beyond the shared block engine)."""
+
+
 def _mrope_prefill(body: MRopePositionsRequest, limit: int) -> Any:
     family, merge, tokens_per_second = body.resolve()
+    if family in SPECIAL_PREFILLS:
+        return SPECIAL_PREFILLS[family](body, family, merge, limit)
     if body.rows is not None:
         return mrope_positions_from_segments(
             body.rows,
@@ -258,8 +386,8 @@ def _mrope_prefill(body: MRopePositionsRequest, limit: int) -> Any:
 @router.post(
     "/v1/mrope/positions",
     summary="M-RoPE prefill position ids (3, B, T) and deltas (B, 1)",
-    description="Qwen2-VL, Qwen2.5-VL, Qwen3-VL and GLM-4V rules, equal to transformers 5.24 get_rope_index "
-    "(compat=transformers5) or to the 4.x / vLLM rule for text after a video (compat=transformers4). "
+    description="Every M-RoPE module of transformers 5.24 that ropeserve reproduces (README's family table), equal "
+    "to its get_rope_index (compat=transformers5) or to transformers 4.x, vLLM or SGLang (compat). "
     "Inconsistent input (token counts vs grids, merge size, unused grids) is a 422 naming row and segment.",
     responses={**TENSOR_RESPONSES, **ERRORS},
     response_class=Response,
@@ -293,6 +421,8 @@ def _mrope_positions(body: MRopePositionsRequest, request: Request, runtime: Run
         seq_len = body.seq_len if body.seq_len is not None else position_ids.shape[-1]
         position_ids = slice_prefill_positions(position_ids, body.context_len or 0, seq_len)
     tensors = {"position_ids": position_ids, "mrope_position_deltas": result.mrope_position_deltas}
+    if getattr(result, "decode_position_ids", None) is not None:  # GLM-Image: positions of generated images
+        tensors["decode_position_ids"] = result.decode_position_ids
     meta = {"compat": body.compat, "shape": list(position_ids.shape)}
     return tensor_response(request, tensors, meta, runtime.settings.json_response_max_elements)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -24,6 +24,7 @@ from ropeserve.api.schemas import (
 )
 from ropeserve.errors import InvalidInput, check_limit
 from ropeserve.rope import rope_cos_sin, rotated_width
+from ropeserve.rope.dynamic_ntk import resolve_dynamic_ntk
 
 router = APIRouter(tags=["rope"], route_class=JSONInThreadRoute)
 
@@ -41,6 +42,12 @@ class CosSinRequest(RopeSource):
         ge=1,
         description="dynamic NTK only: the longest length the model has already seen (transformers' "
         "max_seq_len_cached; default max_position_embeddings). Reproduces its hysteresis.",
+    )
+    dynamic_ntk: Literal["transformers", "vllm"] = Field(
+        "transformers",
+        description="dynamic NTK only: transformers (rescaled per length, max(position)+1 > "
+        "max_position_embeddings) or vllm (scaled once to max_position_embeddings × factor, every position; "
+        "positions past that table are a 422).",
     )
 
 
@@ -60,8 +67,10 @@ async def cos_sin(body: CosSinRequest, request: Request, runtime: RuntimeDep) ->
 
 def _cos_sin(body: CosSinRequest, request: Request, runtime: Runtime) -> Response:
     settings = runtime.settings
-    params, default_pairing = body.resolve()
+    model_params, default_pairing = body.resolve()
     positions = positions_tensor(body.positions, settings.max_positions)
+    max_position = int(positions.max()) if positions.numel() else 0
+    params = resolve_dynamic_ntk(model_params, body.dynamic_ntk, max_position)
     width = rotated_width(params)
     check_limit(2 * positions.numel() * width, settings.max_table_elements, "table elements (cos+sin)", "positions")
     if params.rope_type == "dynamic" and body.seq_len_cached is None and positions.numel() == 0:
@@ -76,7 +85,8 @@ def _cos_sin(body: CosSinRequest, request: Request, runtime: Runtime) -> Respons
         cache=runtime.tables,
     )
     meta: dict[str, Any] = {
-        "rope_type": params.rope_type,
+        "rope_type": model_params.rope_type,
+        "dynamic_ntk": body.dynamic_ntk,
         "head_dim": params.head_dim,
         "rotary_dim": params.rotary_dim,
         "width": width,
@@ -85,7 +95,7 @@ def _cos_sin(body: CosSinRequest, request: Request, runtime: Runtime) -> Respons
         "dtype": body.dtype,
         "count": int(positions.numel()),
         "max_abs_error": result.max_abs_error,
-        "params": params.as_dict(),
+        "params": model_params.as_dict(),
     }
     tensors = {"cos": result.cos, "sin": result.sin, "inv_freq": result.inv_freq}
     return tensor_response(request, tensors, meta, settings.json_response_max_elements)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 MropeLayout = Literal["chunked", "interleaved"]
 
 
-TemporalRuleName = Literal["frame_index", "seconds", "frame_blocks"]
+TemporalRuleName = Literal["frame_index", "seconds", "frame_blocks", "frame_stride"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class MropePositions:
     video_token_id: int
     spatial_merge_size: int = 2
     tokens_per_second: float | None = None
+    video_temporal_merge_size: int = 1
+    """A video's merged ``t`` is ``t // video_temporal_merge_size`` (ERNIE-4.5-VL: 2); images keep ``t``."""
 
 
 @dataclass(frozen=True)
@@ -139,9 +141,32 @@ FAMILIES: dict[str, ModelFamily] = {
 }
 
 
-POSITION_ALIASES: dict[str, str] = {"glm4v_moe": "glm4v", "glm46v": "glm4v"}
-"""Model types outside FAMILIES whose M-RoPE position ids are another family's (transformers 5.24 runs the
-identical ``get_rope_index``)."""
+_POSITION_ONLY = (
+    MropePositions("paddleocr_vl", "frame_index", 100295, 100296),
+    MropePositions("ernie4_5_vl_moe", "frame_index", 100295, 103367, video_temporal_merge_size=2),
+    MropePositions("glm4v_moe", "frame_blocks", 151363, 151364),
+    MropePositions("glm_ocr", "frame_blocks", 59280, 59281),
+    MropePositions("cohere_compass", "frame_blocks", 255031, 255032),
+    MropePositions("cosmos3_edge", "frame_blocks", 19, 18),
+    MropePositions("hy_v4_vl", "frame_stride", 120120, 120124),
+)
+"""M-RoPE position rules of model types whose rope parameters need no family entry above."""
+
+MROPE_POSITIONS: dict[str, MropePositions] = {
+    spec.name: spec
+    for spec in (*(family.positions for family in FAMILIES.values() if family.positions is not None), *_POSITION_ONLY)
+}
+"""Family name -> how its M-RoPE position ids run (token ids and merge size: the transformers 5.24 config class
+defaults). Each entry is one transformers module whose ``get_rope_index`` follows the entry's temporal rule."""
+
+POSITION_ALIASES: dict[str, str] = {
+    "glm46v": "glm4v",
+    "qwen3_vl_moe": "qwen3_vl",
+    "cosmos3_omni": "qwen3_vl",
+    "qwen3_5_moe": "qwen3_5",
+    "qwen4_exp": "qwen3_5",
+}
+"""transformers modules whose ``get_rope_index``, token ids and merge size are another family's."""
 
 GENERIC = ModelFamily()
 

@@ -532,7 +532,10 @@ def _is_number(value: Any) -> bool:
 def _as_float(value: Any, key: str, sources: Mapping[str, str]) -> float:
     if not _is_number(value):
         raise InvalidInput(f"{key} must be a number, got {value!r}", field=sources.get(key, key))
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond float range, e.g. 10**400
+        raise InvalidInput(f"{key} = {value} is beyond float range", field=sources.get(key, key)) from None
 
 
 def _as_int(value: Any, key: str, sources: Mapping[str, str]) -> int | None:

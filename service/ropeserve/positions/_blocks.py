@@ -31,7 +31,7 @@ import torch
 
 from ropeserve.errors import InvalidInput
 from ropeserve.positions._common import tensor_on
-from ropeserve.positions.families import MRopeCompat
+from ropeserve.positions.families import COMPAT_RULES, MRopeCompat
 
 TEXT_TOKEN, IMAGE_TOKEN, VIDEO_TOKEN = 0, 1, 2
 """Values of ``mm_token_type_ids`` (the transformers processor's convention; vision start/end tokens are text)."""
@@ -56,31 +56,84 @@ class Blocks:
     thw: np.ndarray  # [G, 3] int64 merged (t, h, w); text and padding: (1, 1, length)
     time_step: np.ndarray | None  # [G] float T step per frame; None when every step is exactly 1
     has_padding: bool
+    time_scale: float | None = None
+    """Second float multiply of the frame time (vLLM / SGLang: tokens_per_second); None: none."""
+    frame_stride: np.ndarray | None = None
+    """[G] int64 offset of each frame on all three axes (HY-V4-VL vision: ``max(h, w)``, 0 elsewhere); None: none."""
 
 
-def _temporal_offsets(frames: np.ndarray, time_step: np.ndarray | None) -> np.ndarray:
-    """``floor(frame * step)`` exactly as transformers: a torch float multiply in the step's dtype, then ``.long()``.
+def time_factors(
+    kind: np.ndarray, seconds: torch.Tensor, tokens_per_second: float, compat: MRopeCompat
+) -> tuple[np.ndarray, float | None]:
+    """Qwen2.5-VL: ``([G] step, scale)`` with ``T offset of frame k = floor((k * step) * scale)`` (no ``* scale``
+    when None), computed in torch as the reproduced implementation does.
 
-    An offset past ``POSITION_CEILING`` (or not finite) is refused before the cast, which would wrap it.
+    ``seconds`` ``[G]`` float tensor: each video block's ``second_per_grid_t`` (other blocks: any value).
+    transformers: step ``tokens_per_second * second_per_grid_t`` (rounded to the tensor's dtype first), 1 for
+    images; vLLM / SGLang: step ``second_per_grid_t`` then ``* tokens_per_second``, 0 for images.
     """
+    rule = COMPAT_RULES[compat]
+    is_video = torch.from_numpy(kind == VIDEO_TOKEN)
+    other = torch.where(
+        torch.from_numpy(kind == IMAGE_TOKEN),
+        torch.full_like(seconds, rule.image_time_step),
+        torch.ones_like(seconds),
+    )
+    if rule.seconds_first:
+        return torch.where(is_video, seconds, other).numpy(), tokens_per_second
+    return torch.where(is_video, seconds * tokens_per_second, other).numpy(), None
+
+
+def frame_strides(kind: np.ndarray, thw: np.ndarray) -> np.ndarray:
+    """HY-V4-VL: ``[G]`` per-frame offset on all axes, ``max(h, w)`` of vision blocks (w with the row-end token),
+    0 for text and padding."""
+    is_vision = (kind == IMAGE_TOKEN) | (kind == VIDEO_TOKEN)
+    return np.where(is_vision, thw[:, 1:].max(axis=1), 0)
+
+
+MAX_TIME_OFFSET = 2**53
+"""Largest temporal offset a video frame may reach (beyond it float time stops being exact, and far beyond it
+``.long()`` would wrap)."""
+
+
+def _scaled_frames(frames: np.ndarray, time_step: np.ndarray, time_scale: float | None) -> torch.Tensor:
+    """``(frame * step) * scale`` as float tensors: torch multiplies in the step's dtype (the scale a Python float)."""
+    step = torch.from_numpy(time_step)
+    scaled = torch.from_numpy(frames).to(step.dtype) * step
+    return scaled if time_scale is None else scaled * time_scale
+
+
+def _temporal_offsets(frames: np.ndarray, time_step: np.ndarray | None, time_scale: float | None = None) -> np.ndarray:
+    """``floor((frame * step) * scale)`` exactly as the reproduced code, then ``.long()`` (checked by
+    :func:`_extents` on each block's last frame first)."""
     if time_step is None:
         return frames
-    step = torch.from_numpy(time_step)
-    offsets = torch.from_numpy(frames).to(step.dtype) * step
-    if not bool((offsets.abs() <= POSITION_CEILING).all()):  # NaN fails the comparison too
+    return _scaled_frames(frames, time_step, time_scale).long().numpy()
+
+
+def _last_frame_offsets(blocks: Blocks) -> np.ndarray:
+    """``[G]`` temporal offset of each block's last frame; raises when one is not finite or past MAX_TIME_OFFSET
+    (every frame's offset is at most the last one's: steps are >= 0)."""
+    assert blocks.time_step is not None
+    scaled = _scaled_frames(blocks.thw[:, 0] - 1, blocks.time_step, blocks.time_scale)
+    bad = ~torch.isfinite(scaled) | (scaled > MAX_TIME_OFFSET)
+    if bool(bad.any()):
         raise InvalidInput(
-            f"video time positions (frame x tokens_per_second x second_per_grid_t) pass {POSITION_CEILING}: "
-            "tokens_per_second or second_per_grid_t is too large",
-            field="second_per_grid_t",
+            f"a video's temporal position offset (frame × tokens_per_second × second_per_grid_t) is "
+            f"{float(scaled[bad][0])}; it must be finite and at most 2**53",
+            field="tokens_per_second",
         )
-    return offsets.long().numpy()
+    return scaled.long().numpy()
 
 
 def _extents(blocks: Blocks) -> np.ndarray:
     """``[G]`` largest position of each block relative to its start (text: length - 1)."""
+    if blocks.frame_stride is not None:
+        strided = (blocks.thw[:, 0] - 1) * blocks.frame_stride + blocks.thw[:, 1:].max(axis=1) - 1
+        return np.maximum(blocks.thw.max(axis=1) - 1, strided)
     if blocks.time_step is None:
         return blocks.thw.max(axis=1) - 1
-    last_frame = _temporal_offsets(blocks.thw[:, 0] - 1, blocks.time_step)
+    last_frame = _last_frame_offsets(blocks)
     return np.maximum(last_frame, blocks.thw[:, 1:].max(axis=1) - 1)
 
 
@@ -93,11 +146,11 @@ def _advance_transformers4(blocks: Blocks, extents: np.ndarray) -> np.ndarray:
     return extents + 1
 
 
-ADVANCE_RULES: dict[MRopeCompat, Callable[[Blocks, np.ndarray], np.ndarray]] = {
-    MRopeCompat.TRANSFORMERS5: _advance_transformers5,
-    MRopeCompat.TRANSFORMERS4: _advance_transformers4,
+ADVANCE_RULES: dict[bool, Callable[[Blocks, np.ndarray], np.ndarray]] = {
+    False: _advance_transformers5,
+    True: _advance_transformers4,
 }
-"""compat -> ``[G]`` distance from a block's start to the next block's start."""
+"""``CompatRule.next_start_after_max`` -> ``[G]`` distance from a block's start to the next block's start."""
 
 
 def _starts(advance: np.ndarray, row: np.ndarray, row_first_block: np.ndarray) -> np.ndarray:
@@ -116,7 +169,11 @@ def _line_values(blocks: Blocks, starts: np.ndarray) -> tuple[np.ndarray, np.nda
     start, rows_per_frame, length, first_line = per_line[:4]
     frame, row_in_frame = np.divmod(np.arange(line_ends[-1]) - first_line, rows_per_frame)
     step = None if blocks.time_step is None else np.repeat(blocks.time_step, lines_per_block)
-    values = np.stack([start + _temporal_offsets(frame, step), start + row_in_frame, start])
+    values = np.stack([start + _temporal_offsets(frame, step, blocks.time_scale), start + row_in_frame, start])
+    if blocks.frame_stride is not None:
+        offset = frame * np.repeat(blocks.frame_stride, lines_per_block)  # text/padding lines: frame 0
+        values[0] = start + offset
+        values[1:] += offset
     return values, per_line[4:], length
 
 
@@ -160,19 +217,21 @@ def plan_positions(
     blocks: Blocks,
     row_lengths: np.ndarray,
     width: int,
-    compat: MRopeCompat,
+    continue_after_max: bool,
     fill_value: int,
 ) -> PositionPlan:
     """Lay the blocks out: starts, deltas and the lines to expand into ``[3, B, width]`` positions.
 
     ``row_lengths`` ``[B]`` counts each row's real (non-padding) tokens; a row without any has delta 0.
+    ``continue_after_max``: the block after a vision block starts at its largest position + 1 (else at
+    ``start + max(h, w)``).
     """
     num_rows = row_lengths.size
     if num_rows * width == 0:
         none = np.zeros((3, 0), dtype=np.int64)
         return PositionPlan(num_rows, width, np.zeros((num_rows, 1), dtype=np.int64), none, none, none[0])
     extents = _extents(blocks)
-    advance = ADVANCE_RULES[compat](blocks, extents)
+    advance = ADVANCE_RULES[continue_after_max](blocks, extents)
     if float(advance.sum(dtype=np.float64)) + float(extents.max()) > POSITION_CEILING:  # before any int64 sum
         raise InvalidInput(
             f"M-RoPE positions would pass {POSITION_CEILING}: tokens_per_second or second_per_grid_t is too large",

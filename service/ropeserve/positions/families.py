@@ -10,16 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ropeserve.config.families import FAMILIES, POSITION_ALIASES, MropePositions
+from ropeserve.config.families import FAMILIES, MROPE_POSITIONS, POSITION_ALIASES, MropePositions
 from ropeserve.errors import InvalidInput
 
 __all__ = [
+    "COMPAT_RULES",
     "DEFAULT_COMPAT",
     "FRAME_BLOCKS",
     "FRAME_INDEX",
+    "FRAME_STRIDE",
     "MROPE_FAMILIES",
     "MROPE_FAMILY_ALIASES",
     "SECONDS",
+    "CompatRule",
     "MRopeCompat",
     "MRopeFamily",
     "TemporalRule",
@@ -39,6 +42,13 @@ class TemporalRule:
     splits_video_frames: bool
     """Each video frame is its own ``(1, h, w)`` block, separated from the next frame by timestamp text."""
     description: str
+    row_end_tokens: int = 0
+    """Extra tokens closing each row of a vision block (HY-V4-VL: a newline token, ``w + 1`` columns)."""
+    frame_stride_all_axes: bool = False
+    """Frame ``k`` of a vision block is offset by ``k * max(h, w + row_end_tokens)`` on all three axes (each frame
+    a new square block, HY-V4-VL) instead of on T alone by ``k``."""
+    always_after_max: bool = False
+    """The block after a vision block starts at its largest position + 1 under every compat choice."""
 
 
 FRAME_INDEX = TemporalRule(
@@ -52,6 +62,16 @@ SECONDS = TemporalRule(
     scales_by_seconds=True,
     splits_video_frames=False,
     description="one block per video; T = start + floor(k * tokens_per_second * second_per_grid_t) (Qwen2.5-VL)",
+)
+FRAME_STRIDE = TemporalRule(
+    name="frame_stride",
+    scales_by_seconds=False,
+    splits_video_frames=False,
+    description="one block per video, rows end with a newline token; frame k offset by k * max(h, w + 1) on all "
+    "axes; next block at max + 1 (HY-V4-VL)",
+    row_end_tokens=1,
+    frame_stride_all_axes=True,
+    always_after_max=True,
 )
 FRAME_BLOCKS = TemporalRule(
     name="frame_blocks",
@@ -72,9 +92,13 @@ class MRopeFamily:
     video_token_id: int
     tokens_per_second: float | None = None
     """Only read when ``temporal_rule.scales_by_seconds``."""
+    video_temporal_merge_size: int = 1
+    """A video's merged ``t`` is ``t // video_temporal_merge_size`` (ERNIE-4.5-VL: 2); images always keep ``t``."""
 
 
-TEMPORAL_RULES: dict[str, TemporalRule] = {rule.name: rule for rule in (FRAME_INDEX, SECONDS, FRAME_BLOCKS)}
+TEMPORAL_RULES: dict[str, TemporalRule] = {
+    rule.name: rule for rule in (FRAME_INDEX, SECONDS, FRAME_BLOCKS, FRAME_STRIDE)
+}
 
 
 def _from_config(spec: MropePositions) -> MRopeFamily:
@@ -85,13 +109,11 @@ def _from_config(spec: MropePositions) -> MRopeFamily:
         spec.image_token_id,
         spec.video_token_id,
         spec.tokens_per_second,
+        spec.video_temporal_merge_size,
     )
 
 
-MROPE_FAMILIES: dict[str, MRopeFamily] = {
-    spec.name: _from_config(spec)
-    for spec in dict.fromkeys(family.positions for family in FAMILIES.values() if family.positions is not None)
-}
+MROPE_FAMILIES: dict[str, MRopeFamily] = {name: _from_config(spec) for name, spec in MROPE_POSITIONS.items()}
 """Family name -> defaults, built from the model-family table (``ropeserve.config.families``), the one place
 that says which model types have M-RoPE and how their positions run."""
 
@@ -103,7 +125,8 @@ MROPE_FAMILY_ALIASES: dict[str, str] = {
     },
     **POSITION_ALIASES,
 }
-"""Other model types (``qwen3_vl_moe``, ``qwen3_5_text``, ``glm46v``...) -> their family."""
+"""Other model types and transformers modules (``qwen3_vl_moe``, ``qwen3_5_text``, ``glm46v``...) -> their
+family."""
 
 
 def get_mrope_family(family: str | MRopeFamily) -> MRopeFamily:
@@ -118,23 +141,75 @@ def get_mrope_family(family: str | MRopeFamily) -> MRopeFamily:
 
 
 class MRopeCompat(StrEnum):
-    """Where the block after a vision block starts. The two rules differ only when a Qwen2-VL / Qwen2.5-VL video's
-    temporal extent exceeds its spatial one; images and Qwen3-VL / GLM-4V frames give the same positions."""
+    """Which implementation's ``get_rope_index`` to reproduce. They differ only for Qwen2-VL / Qwen2.5-VL style
+    families (one block per video): where the block after a video starts, and how a Qwen2.5-VL frame's time is
+    rounded. Images with ``t == 1`` and frame-split families (Qwen3-VL, GLM-4V, ...) get the same positions under
+    every choice. :data:`COMPAT_RULES` holds each choice's rule and the function it follows."""
 
     TRANSFORMERS5 = "transformers5"
-    """transformers >= 5.3 (5.24 is the oracle): next start = start + max(h, w) // merge; the temporal extent is
-    ignored, so text may overlap the video's T range."""
     TRANSFORMERS4 = "transformers4"
-    """transformers 4.x (and 5.2), Qwen's original code and vLLM: next start = max position of the block + 1.
+    VLLM = "vllm"
+    SGLANG = "sglang"
 
-    Only the continuation rule changes: the temporal index stays transformers 5's ``floor(k * (tokens_per_second *
-    second_per_grid_t))`` in float32 (4.x truncated ``second_per_grid_t`` to an int first, a bug not reproduced)."""
+
+@dataclass(frozen=True)
+class CompatRule:
+    """What one :class:`MRopeCompat` choice changes, as data."""
+
+    next_start_after_max: bool
+    """True: the block after a vision block starts at the block's largest position + 1; False (transformers 5):
+    at ``start + max(h, w) // merge``, ignoring the temporal extent (text may overlap the video's T range)."""
+    seconds_first: bool
+    """Qwen2.5-VL frame ``k`` of a video: True gives ``floor((k * second_per_grid_t) * tokens_per_second)``, two
+    float32 multiplies in that order (vLLM, SGLang); False gives ``floor(k * (tokens_per_second *
+    second_per_grid_t))`` with the product rounded to float32 first (transformers 5). They differ by 1 where the
+    float32 roundings fall on either side of an integer (tokens_per_second 25, second_per_grid_t 0.7: frames 6,
+    12, 24, 26)."""
+    image_time_step: float
+    """Qwen2.5-VL temporal step of an image's frames: 1 (transformers) or 0 (vLLM and SGLang pass
+    ``second_per_grid_t = 0`` for images, so a ``t > 1`` image keeps T at its start)."""
+    follows: str
+    """The function this choice reproduces (also in the README's "Where transformers versions or engines
+    disagree")."""
+
+
+COMPAT_RULES: dict[MRopeCompat, CompatRule] = {
+    MRopeCompat.TRANSFORMERS5: CompatRule(
+        next_start_after_max=False,
+        seconds_first=False,
+        image_time_step=1.0,
+        follows="transformers 5.24 <Model>.get_rope_index (models/*/modeling_*.py), the pinned oracle",
+    ),
+    MRopeCompat.TRANSFORMERS4: CompatRule(
+        next_start_after_max=True,
+        seconds_first=False,
+        image_time_step=1.0,
+        follows="transformers 4.x get_rope_index's continuation (max position + 1) with transformers 5's float "
+        "timing (4.x truncated second_per_grid_t to an int before multiplying, a bug not reproduced)",
+    ),
+    MRopeCompat.VLLM: CompatRule(
+        next_start_after_max=True,
+        seconds_first=True,
+        image_time_step=0.0,
+        follows="vLLM Qwen2_5_VLForConditionalGeneration.get_mrope_input_positions "
+        "(vllm/model_executor/models/qwen2_5_vl.py, commit 002d181a55a0) and the Qwen2-VL twin",
+    ),
+    MRopeCompat.SGLANG: CompatRule(
+        next_start_after_max=True,
+        seconds_first=True,
+        image_time_step=0.0,
+        follows="SGLang MRotaryEmbedding.get_rope_index (python/sglang/srt/layers/rotary_embedding.py, "
+        "commit 00a66ebe136b)",
+    ),
+}
+"""compat -> its rule. vLLM and SGLang agree on every input these families express; they are separate choices
+because they are separate code bases (a future divergence gets its own row here)."""
 
 
 DEFAULT_COMPAT = MRopeCompat.TRANSFORMERS5
 """Default: transformers 5.24, the executable oracle this service is pinned to and tested against bit-for-bit.
-Pass ``"transformers4"`` to reproduce vLLM / the original Qwen code (what the Qwen2/2.5-VL checkpoints were
-trained with)."""
+Pass ``"vllm"`` / ``"sglang"`` to reproduce a serving engine, ``"transformers4"`` for the 4.x continuation (what
+the Qwen2/2.5-VL checkpoints were trained with)."""
 
 
 def parse_compat(compat: str | MRopeCompat) -> MRopeCompat:

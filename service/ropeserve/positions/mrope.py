@@ -21,7 +21,9 @@ from ropeserve.positions._blocks import (
     TEXT_TOKEN,
     VIDEO_TOKEN,
     Blocks,
+    frame_strides,
     plan_positions,
+    time_factors,
 )
 from ropeserve.positions._common import (
     PAD_POSITION,
@@ -37,6 +39,7 @@ from ropeserve.positions._common import (
     tensor_on,
 )
 from ropeserve.positions.families import (
+    COMPAT_RULES,
     DEFAULT_COMPAT,
     MRopeCompat,
     MRopeFamily,
@@ -77,6 +80,11 @@ class ModelSettings:
     spatial_merge_size: int
     tokens_per_second: float | None
     compat: MRopeCompat
+
+    @property
+    def continue_after_max(self) -> bool:
+        """Whether the block after a vision block starts at its largest position + 1 (compat or family rule)."""
+        return COMPAT_RULES[self.compat].next_start_after_max or self.family.temporal_rule.always_after_max
 
 
 def resolve_settings(
@@ -297,22 +305,33 @@ def _seconds_per_grid(second_per_grid_ts: FloatsLike | None, num_videos: int) ->
 
 
 def _merge_grids(
-    grids: np.ndarray, grid_runs: np.ndarray, merge: int, error: _RunErrors, grid_name: _GridNames
+    grids: np.ndarray,
+    grid_runs: np.ndarray,
+    merge: int,
+    error: _RunErrors,
+    grid_name: _GridNames,
+    video_t_merge: int = 1,
 ) -> np.ndarray:
-    """``[n, 3]`` patch grids -> merged ``(t, h / merge, w / merge)``; raises for the first empty or ragged grid,
-    naming the run it was assigned to (``grid_runs[i]``)."""
+    """``[n, 3]`` patch grids (images, then videos) -> merged ``(t, h / merge, w / merge)`` (a video's ``t`` floor
+    divided by ``video_t_merge``); raises for the first empty or ragged grid, naming the run it was assigned to
+    (``grid_runs[i]``)."""
     if grids.size == 0:
         return grids
-    merged, remainder = np.divmod(grids, (1, merge, merge))
-    if int(grids.min()) >= 1 and not remainder.any():
+    divisors = np.tile(np.array([1, merge, merge], dtype=np.int64), (grids.shape[0], 1))
+    divisors[grid_name.num_images :, 0] = video_t_merge
+    merged, remainder = np.divmod(grids, divisors)
+    remainder[:, 0] = 0  # transformers floors t // temporal_merge_size
+    if int(grids.min()) >= 1 and int(merged[:, 0].min()) >= 1 and not remainder.any():
         return merged
-    index = int(np.flatnonzero((grids < 1).any(axis=1) | remainder.any(axis=1))[0])
+    bad = (grids < 1).any(axis=1) | (merged[:, 0] < 1) | remainder.any(axis=1)
+    index = int(np.flatnonzero(bad)[0])
     grid_text = grids[index].tolist()
-    problem = (
-        "has a zero or negative size"
-        if min(grid_text) < 1
-        else f"h and w must be multiples of spatial_merge_size {merge}"
-    )
+    if min(grid_text) < 1:
+        problem = "has a zero or negative size"
+    elif merged[index, 0] < 1:
+        problem = f"t must be at least the video temporal_merge_size {video_t_merge}"
+    else:
+        problem = f"h and w must be multiples of spatial_merge_size {merge}"
     raise error(int(grid_runs[index]), f"{grid_name(index)} = {grid_text}: {problem}")
 
 
@@ -332,8 +351,9 @@ class _GridNames:
         return f"video_grid_thw[{int(self.video_of_grid[video])}] (frame {video})"
 
 
-def _check_token_counts(thw: np.ndarray, runs: _Runs, merge: int, error: _RunErrors) -> None:
-    """Every run must hold ``t * h * w`` tokens of its merged grid (true by construction for text and padding)."""
+def _check_token_counts(thw: np.ndarray, runs: _Runs, merge: int, row_end: int, error: _RunErrors) -> None:
+    """Every run must hold ``t * h * w`` tokens of its merged grid (``w`` counting ``row_end`` tokens per row; true by
+    construction for text and padding)."""
     needed = thw.prod(axis=1, dtype=np.float64)  # no overflow, and exact whenever it could equal a token count
     mismatch = needed != runs.length
     if mismatch.any():
@@ -341,31 +361,20 @@ def _check_token_counts(thw: np.ndarray, runs: _Runs, merge: int, error: _RunErr
         t, h, w = thw[run].tolist()
         raise error(
             run,
-            f"{int(runs.length[run])} tokens but grid {[t, h * merge, w * merge]} with spatial_merge_size {merge} "
-            f"needs {t * h * w}",
+            f"{int(runs.length[run])} tokens but grid {[t, h * merge, (w - row_end) * merge]} with "
+            f"spatial_merge_size {merge} needs {t * h * w}",
         )
 
 
-def _time_steps(
-    num_runs: int,
-    video_runs: np.ndarray,
-    video_of_grid: np.ndarray | None,
-    seconds: torch.Tensor | None,
-    tokens_per_second: float,
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Qwen2.5-VL: ``[G]`` T step per frame (``tokens_per_second * second_per_grid_t`` for videos, 1 otherwise)
-    and ``[G]`` seconds of each run when given; computed in torch, as transformers does."""
-    dtype = torch.float32 if seconds is None else seconds.dtype
-    steps = torch.ones(num_runs, dtype=dtype)
-    video_run_ids = torch.from_numpy(video_runs)
-    if seconds is None:
-        steps[video_run_ids] = tokens_per_second
-        return steps.numpy(), None
-    video_seconds = seconds if video_of_grid is None else seconds.index_select(0, torch.from_numpy(video_of_grid))
-    steps[video_run_ids] = video_seconds * tokens_per_second
-    run_seconds = torch.zeros_like(steps)
-    run_seconds[video_run_ids] = video_seconds
-    return steps.numpy(), run_seconds.numpy()
+def _run_seconds(
+    num_runs: int, video_runs: np.ndarray, video_of_grid: np.ndarray | None, seconds: torch.Tensor | None
+) -> torch.Tensor:
+    """``[G]`` float tensor: ``second_per_grid_t`` of each video run (1.0 when not given), 1.0 elsewhere."""
+    run_seconds = torch.ones(num_runs, dtype=torch.float32 if seconds is None else seconds.dtype)
+    if seconds is not None:
+        video_seconds = seconds if video_of_grid is None else seconds.index_select(0, torch.from_numpy(video_of_grid))
+        run_seconds[torch.from_numpy(video_runs)] = video_seconds
+    return run_seconds
 
 
 def analyse_tokens(
@@ -389,7 +398,7 @@ def analyse_tokens(
         family.image_token_id if image_token_id is None else image_token_id,
         family.video_token_id if video_token_id is None else video_token_id,
     )
-    mask, row_lengths = _mask_and_lengths(attention_mask, types)
+    mask, row_lengths = mask_and_lengths(attention_mask, types)
     has_padding = int(row_lengths.sum()) != types.size
     runs = _find_runs(types, mask if has_padding else None)
     error = _RunErrors(runs)
@@ -412,24 +421,27 @@ def analyse_tokens(
         merge,
         error,
         _GridNames(image_grid.shape[0], video_of_grid),
+        family.video_temporal_merge_size,
     )
+    merged[:, 2] += rule.row_end_tokens
     thw = np.ones((runs.length.size, 3), dtype=np.int64)
     thw[:, 2] = runs.length
     thw[vision_runs] = merged
-    _check_token_counts(thw, runs, merge, error)
+    _check_token_counts(thw, runs, merge, rule.row_end_tokens, error)
 
-    time_step, run_seconds = None, None
+    time_step, time_scale, run_seconds = None, None, None
     if rule.scales_by_seconds:
         seconds = _seconds_per_grid(second_per_grid_ts, num_videos)
         assert settings.tokens_per_second is not None
-        time_step, run_seconds = _time_steps(
-            runs.length.size, video_runs, video_of_grid, seconds, settings.tokens_per_second
-        )
-    blocks = Blocks(row=runs.row, kind=runs.kind, thw=thw, time_step=time_step, has_padding=has_padding)
+        seconds_of_run = _run_seconds(runs.length.size, video_runs, video_of_grid, seconds)
+        time_step, time_scale = time_factors(runs.kind, seconds_of_run, settings.tokens_per_second, settings.compat)
+        run_seconds = None if seconds is None else seconds_of_run.numpy()
+    strides = frame_strides(runs.kind, thw) if rule.frame_stride_all_axes else None
+    blocks = Blocks(runs.row, runs.kind, thw, time_step, has_padding, time_scale, strides)
     return TokenBlocks(blocks, mask, row_lengths, device, merge, run_seconds)
 
 
-def _mask_and_lengths(attention_mask: IntsLike | None, types: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def mask_and_lengths(attention_mask: IntsLike | None, types: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``[B, L]`` bool mask (all True when None) and ``[B]`` int64 real tokens per row."""
     num_rows, width = types.shape
     if attention_mask is None:
@@ -500,7 +512,9 @@ def mrope_positions_from_tokens(
         image_token_id=image_token_id,
         video_token_id=video_token_id,
     )
-    plan = plan_positions(analysis.blocks, analysis.row_lengths, analysis.mask.shape[1], settings.compat, fill_value)
+    plan = plan_positions(
+        analysis.blocks, analysis.row_lengths, analysis.mask.shape[1], settings.continue_after_max, fill_value
+    )
     position_ids, deltas = plan.expand(analysis.device)
     return MRopePositions(position_ids, deltas, tensor_on(analysis.mask, analysis.device))
 

@@ -24,7 +24,9 @@ from ropeserve.positions._blocks import (
     TEXT_TOKEN,
     VIDEO_TOKEN,
     Blocks,
+    frame_strides,
     plan_positions,
+    time_factors,
 )
 from ropeserve.positions._common import (
     MAX_ELEMENTS,
@@ -149,7 +151,13 @@ def _merged_grid(value: object, context: _SegmentContext, kind: str) -> tuple[in
             f"{context.field}: {kind} grid {[t, h, w]}: h and w must be multiples of spatial_merge_size {merge}",
             field=context.field,
         )
-    return t, h // merge, w // merge
+    t_merge = context.settings.family.video_temporal_merge_size if kind == "video" else 1
+    if t < t_merge:
+        raise InvalidInput(
+            f"{context.field}: {kind} grid {[t, h, w]}: t must be at least the video temporal_merge_size {t_merge}",
+            field=context.field,
+        )
+    return t // t_merge, h // merge, w // merge + context.settings.family.temporal_rule.row_end_tokens
 
 
 def _add_text(blocks: _BlockList, segment: Mapping[str, object], context: _SegmentContext) -> None:
@@ -251,25 +259,28 @@ def _padded_blocks(
         row_ids += [row] * len(ordered)
     kind, t, h, w, seconds = zip(*entries, strict=True) if entries else ((), (), (), (), ())
     kind_array = np.array(kind, dtype=np.int64)
+    time_step, time_scale = _time_steps(kind_array, seconds, settings)
+    thw = np.array((t, h, w), dtype=np.int64).T.reshape(-1, 3)
     return Blocks(
         row=np.array(row_ids, dtype=np.int64),
         kind=kind_array,
-        thw=np.array((t, h, w), dtype=np.int64).T,
-        time_step=_time_steps(kind_array, seconds, settings),
+        thw=thw,
+        time_step=time_step,
         has_padding=min(row_lengths, default=width) < width,
+        time_scale=time_scale,
+        frame_stride=frame_strides(kind_array, thw) if settings.family.temporal_rule.frame_stride_all_axes else None,
     )
 
 
-def _time_steps(kind: np.ndarray, seconds: tuple[float, ...], settings: ModelSettings) -> np.ndarray | None:
-    """Qwen2.5-VL: ``[G]`` float32 T step per frame (``tokens_per_second * second_per_grid_t`` for videos, 1
-    otherwise), computed in torch as transformers does; None for the other families."""
+def _time_steps(
+    kind: np.ndarray, seconds: tuple[float, ...], settings: ModelSettings
+) -> tuple[np.ndarray | None, float | None]:
+    """Qwen2.5-VL: :func:`~ropeserve.positions._blocks.time_factors` of the blocks (float32 seconds);
+    ``(None, None)`` for the other families."""
     if not settings.family.temporal_rule.scales_by_seconds:
-        return None
+        return None, None
     assert settings.tokens_per_second is not None
-    seconds_tensor = torch.tensor(seconds, dtype=torch.float32)
-    video_steps = seconds_tensor * settings.tokens_per_second
-    is_video = torch.from_numpy(kind == VIDEO_TOKEN)
-    return torch.where(is_video, video_steps, torch.ones_like(seconds_tensor)).numpy()
+    return time_factors(kind, torch.tensor(seconds, dtype=torch.float32), settings.tokens_per_second, settings.compat)
 
 
 def _row_mask(row_lengths: list[int], padding_side: PaddingSide, device: torch.device | str | None) -> torch.Tensor:
@@ -317,7 +328,7 @@ def mrope_positions_from_segments(
     width = max(row_lengths, default=0)
     check_element_limit(len(rows) * width, max_tokens, "M-RoPE position slots", "rows")
     blocks = _padded_blocks(collected, row_lengths, width, padding_side, settings)
-    plan = plan_positions(blocks, np.array(row_lengths, dtype=np.int64), width, settings.compat, fill_value)
+    plan = plan_positions(blocks, np.array(row_lengths, dtype=np.int64), width, settings.continue_after_max, fill_value)
     position_ids, deltas = plan.expand(device)
     return MRopePositions(position_ids, deltas, _row_mask(row_lengths, padding_side, device))
 
@@ -353,6 +364,8 @@ def mrope_segments_from_tokens(
     rows: list[list[Segment]] = [[] for _ in range(analysis.mask.shape[0])]
     blocks = analysis.blocks
     merge = analysis.spatial_merge_size
+    t_merge = settings.family.video_temporal_merge_size  # a video's t comes back as t_merge * its LLM frames
+    row_end = settings.family.temporal_rule.row_end_tokens
     seconds = analysis.second_per_grid_t.tolist() if analysis.second_per_grid_t is not None else None
     for block, (row, kind, (t, h, w)) in enumerate(
         zip(blocks.row.tolist(), blocks.kind.tolist(), blocks.thw.tolist(), strict=True)
@@ -360,7 +373,7 @@ def mrope_segments_from_tokens(
         if kind == TEXT_TOKEN:
             rows[row].append(TextSegment(text=w))
         elif kind != PAD_BLOCK:
-            patch_grid = [t, h * merge, w * merge]
+            patch_grid = [t * t_merge if kind == VIDEO_TOKEN else t, h * merge, (w - row_end) * merge]
             rows[row].append(_vision_segment(kind, patch_grid, None if seconds is None else seconds[block]))
     return rows
 

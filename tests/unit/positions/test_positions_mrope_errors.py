@@ -89,7 +89,7 @@ def test_fewer_tokens_than_the_grid_needs_at_sequence_end() -> None:
         ({}, "mm_token_type_ids"),
         ({"mm_token_type_ids": [[0]], "image_grid_thw": [[1, 2]]}, "image_grid_thw"),
         ({"mm_token_type_ids": [[0]], "family": "llava"}, "family"),
-        ({"mm_token_type_ids": [[0]], "compat": "vllm"}, "compat"),
+        ({"mm_token_type_ids": [[0]], "compat": "vllm0"}, "compat"),
         ({"mm_token_type_ids": [[0]], "spatial_merge_size": 0}, "spatial_merge_size"),
     ],
 )

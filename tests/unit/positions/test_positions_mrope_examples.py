@@ -170,7 +170,7 @@ def test_images_never_scaled_by_tokens_per_second(tokens_per_second: int) -> Non
 
 def test_default_compat_and_registry() -> None:
     assert DEFAULT_COMPAT is MRopeCompat.TRANSFORMERS5
-    assert set(FAMILIES) == set(MROPE_FAMILIES)
+    assert set(FAMILIES) <= set(MROPE_FAMILIES)
     assert get_mrope_family("qwen3_vl_moe") is MROPE_FAMILIES["qwen3_vl"]
     assert get_mrope_family("glm46v") is MROPE_FAMILIES["glm4v"]
     default = mrope_positions_from_tokens(

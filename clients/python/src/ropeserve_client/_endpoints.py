@@ -390,6 +390,58 @@ def apply_mrope(q: Any, k: Any = None, *, positions: Any, **options: Any) -> Ope
     return tensors_post(MROPE_APPLY, *rotation_inputs(q, k, positions=positions, **options))
 
 
+def apply_rope_table(
+    q: Any,
+    k: Any = None,
+    *,
+    positions: Any,
+    cos_sin_cache: Any = None,
+    cos: Any = None,
+    sin: Any = None,
+    preset: str | None = None,
+    config: ConfigLike | None = None,
+    rope: Mapping[str, Any] | None = None,
+    layer_type: str | None = None,
+    layout: str | None = None,
+    pairing: Pairing | None = None,
+    atol: float | None = None,
+    **extra: Any,
+) -> Operation[TensorResult]:
+    """``POST /v1/rope/apply-table``: rotate ``q`` (and ``k``) with the caller's own table, and compare that table
+    with ropeserve's (``metadata["table"]``: ``max_abs_error``, ``first_differing_position``, ``non_finite``).
+
+    * **cos_sin_cache** - ``[N, rotary_dim]`` (cos half, then sin half: vLLM, SGLang), or **cos** and **sin**
+      (``[N, rotary_dim/2]`` or full width in the pairing's layout); **positions** index its rows.
+    * **layout** - ``flat`` (default, ``[T, H*D]``), ``batched_flat`` (``[B, T, H*D]``), ``bhtd`` or ``bthd``.
+    * **atol** - rows differing by more count as differing (default 0: any difference).
+    """
+    source = rope_source(preset=preset, config=config, rope=rope, layer_type=layer_type)
+    tensors = {"q": q, "k": k, "positions": _int_tensor(positions), "cos_sin_cache": cos_sin_cache}
+    tensors |= {"cos": cos, "sin": sin}
+    options = {"layout": layout, "pairing": pairing, "atol": atol}
+    return tensors_post("/v1/rope/apply-table", tensors, _rotation_params(source, options, extra))
+
+
+def apply_vision_rope(
+    q: Any,
+    k: Any = None,
+    *,
+    grid_thw: Ints,
+    preset: str | None = None,
+    config: ConfigLike | None = None,
+    spatial_merge_size: int | None = None,
+    head_dim: int | None = None,
+    theta: float | None = None,
+    **extra: Any,
+) -> Operation[TensorResult]:
+    """``POST /v1/vision/apply``: the vision tower's 2-D rotation of ``q`` (and ``k``) ``[patches, heads, head_dim]``
+    (patches in :func:`vision_rope`'s order), as transformers' ``apply_rotary_pos_emb_vision``."""
+    loaded = load_config(config) if config is not None else None
+    params = {"grid_thw": grid_thw, "preset": preset, "config": loaded, "spatial_merge_size": spatial_merge_size}
+    params |= {"head_dim": head_dim, "theta": theta, **extra}
+    return tensors_post("/v1/vision/apply", {"q": q, "k": k}, params)
+
+
 def _int_tensor(value: Any) -> Any:
     """Lists become int64 arrays; tensors and arrays pass unchanged."""
     if isinstance(value, list | tuple | range):
@@ -603,6 +655,8 @@ class Endpoints:
     vision_rope = Endpoint(vision_rope)
     apply_rope = RotationEndpoint(apply_rope, ROPE_APPLY)
     apply_mrope = RotationEndpoint(apply_mrope, MROPE_APPLY)
+    apply_rope_table = Endpoint(apply_rope_table)
+    apply_vision_rope = Endpoint(apply_vision_rope)
     validate_config = Endpoint(validate_config)
     sinusoidal = Endpoint(sinusoidal)
     alibi = Endpoint(alibi)

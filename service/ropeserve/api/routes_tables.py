@@ -1,0 +1,117 @@
+"""``POST /v1/rope/apply-table`` (rotate with the caller's cos/sin table and compare it with ropeserve's) and
+``POST /v1/vision/apply`` (the vision tower's rotation of q/k). Both take one safetensors file, like
+``/v1/rope/apply``; they run the native rotation in the request's thread (no batching)."""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import Field
+
+from ropeserve.api.negotiation import SafetensorsResponse, read_safetensors_request
+from ropeserve.api.problems import problem_responses
+from ropeserve.api.routes_positions import VisionRopeRequest
+from ropeserve.api.runtime import RuntimeDep
+from ropeserve.api.schemas import PairingName, RopeSource
+from ropeserve.errors import InvalidInput, check_limit
+from ropeserve.positions import vision_position_ids
+from ropeserve.rope import vision_cos_sin
+from ropeserve.rope.caller_tables import caller_table, compare_table, rotate_with_table, vision_rotate
+from ropeserve.serving import METADATA_KEY
+from ropeserve.serving.codec import encode_safetensors
+
+router = APIRouter(tags=["rotation"])
+FLOAT_DTYPES = {"float32", "bfloat16", "float16"}
+RESPONSES: dict[int | str, dict[str, object]] = {
+    200: {
+        "description": f"A safetensors file with the rotated `q` (and `k`) and metadata under '{METADATA_KEY}'.",
+        "content": {"application/x-safetensors": {"schema": {"type": "string", "format": "binary"}}},
+    },
+    **problem_responses(400, 413, 415, 422),
+}
+
+
+class TableRotationParams(RopeSource):
+    """The JSON object under ``__metadata__["ropeserve"]`` of an apply-table request."""
+
+    layout: Literal["bhtd", "bthd", "flat", "batched_flat"] = Field(
+        "flat",
+        description="q/k layout: [B,H,T,D], [B,T,H,D], [T, H·D] (vLLM) or [B, T, H·D] (vLLM batched).",
+    )
+    pairing: PairingName | None = Field(None, description="neox or gptj; default: the model family's.")
+    atol: float = Field(0.0, ge=0.0, allow_inf_nan=False, description="Rows differing by more count as differing.")
+
+
+def _float_tensors(tensors: dict, names: tuple[str, ...]) -> None:
+    for name in names:
+        if name in tensors and str(tensors[name].dtype).removeprefix("torch.") not in FLOAT_DTYPES:
+            raise InvalidInput(f"{name} must be float32, bfloat16 or float16, got {tensors[name].dtype}", field=name)
+
+
+@router.post(
+    "/v1/rope/apply-table",
+    summary="Rotate q/k with the caller's cos/sin table; compare that table with ropeserve's",
+    description="The body holds `q`, optional `k`, `positions` ([T] or [B, T]) indexing the table, and either "
+    "`cos_sin_cache` [N, rotary_dim] (vLLM/SGLang: cos half, then sin half) or `cos` and `sin` ([N, rotary_dim/2] "
+    "or [N, rotary_dim] in the pairing's layout). The answer's metadata compares the table with ropeserve's own "
+    "for the same parameters: max_abs_error and first_differing_position (row index = position).",
+    responses=RESPONSES,
+    response_class=Response,
+    operation_id="apply_rope_table",
+)
+async def apply_table(request: Request, runtime: RuntimeDep) -> Response:
+    payload = await read_safetensors_request(
+        request,
+        runtime.settings,
+        required=("q", "positions"),
+        optional=("k", "cos_sin_cache", "cos", "sin"),
+    )
+    options = payload.params(TableRotationParams)
+    params, default_pairing = options.resolve()
+    pairing = options.pairing or default_pairing
+    tensors = payload.tensors
+    _float_tensors(tensors, ("q", "k", "cos_sin_cache", "cos", "sin"))
+    cos, sin = caller_table(tensors, params.rotary_dim, pairing)  # type: ignore[arg-type]
+    check_limit(2 * cos.numel(), runtime.settings.max_table_elements, "table elements (cos+sin)", "cos_sin_cache")
+    difference = compare_table(params, cos, sin, atol=options.atol)
+    q, k = rotate_with_table(
+        tensors["q"],
+        tensors.get("k"),
+        tensors["positions"],
+        cos,
+        sin,
+        head_dim=params.head_dim,
+        layout=options.layout,
+        pairing=pairing,  # type: ignore[arg-type]
+    )
+    meta = {"table": difference.as_dict(), "pairing": pairing, "layout": options.layout, "params": params.as_dict()}
+    out = {"q": q} if k is None else {"q": q, "k": k}
+    return SafetensorsResponse(encode_safetensors(out, {METADATA_KEY: json.dumps(meta)}))
+
+
+@router.post(
+    "/v1/vision/apply",
+    summary="Rotate vision-tower q/k by the 2-D rotary of /v1/vision/rope",
+    description="The body holds `q` and optional `k` as [patches, heads, head_dim] (the Qwen-VL vision attention "
+    "layout, patches in /v1/vision/rope's order); the parameters (grid_thw, spatial_merge_size, head_dim, theta or a "
+    "config/preset) go under __metadata__['ropeserve']. transformers' apply_rotary_pos_emb_vision: float32 "
+    "rotate-half, cast back.",
+    responses=RESPONSES,
+    response_class=Response,
+    operation_id="apply_vision_rope",
+)
+async def vision_apply(request: Request, runtime: RuntimeDep) -> Response:
+    payload = await read_safetensors_request(request, runtime.settings, required=("q",), optional=("k",))
+    options = payload.params(VisionRopeRequest)
+    merge, head_dim = options.resolve()
+    _float_tensors(payload.tensors, ("q", "k"))
+    hw_ids = vision_position_ids(options.grid_thw, merge, max_tokens=runtime.settings.max_positions)
+    check_limit(2 * hw_ids.shape[0] * head_dim, runtime.settings.max_table_elements, "table elements", "grid_thw")
+    cos, sin = vision_cos_sin(hw_ids, head_dim, options.theta)
+    q, k = vision_rotate(payload.tensors["q"], payload.tensors.get("k"), cos, sin)
+    meta = {"spatial_merge_size": merge, "head_dim": head_dim, "theta": options.theta, "patches": hw_ids.shape[0]}
+    out = {"q": q} if k is None else {"q": q, "k": k}
+    return SafetensorsResponse(encode_safetensors(out, {METADATA_KEY: json.dumps(meta)}))

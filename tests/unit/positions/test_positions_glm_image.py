@@ -1,0 +1,109 @@
+"""GLM-Image: parity with transformers 5.24 ``GlmImageModel.get_rope_index`` (prefill positions, zero deltas and
+the cached decode positions of generated images), randomized batches with padding and ``images_per_sample``."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from transformers.models.glm_image.modeling_glm_image import GlmImageModel
+
+from ropeserve.errors import InvalidInput
+from ropeserve.positions.glm_image import glm_image_positions, glm_image_positions_from_segments
+
+START, END, IMAGE, TEXT = 16384, 16385, 167855, 7
+
+
+def hf_glm_image(ids: torch.Tensor, grids: torch.Tensor | None, per_sample: torch.Tensor | None, mask: torch.Tensor):
+    config = types.SimpleNamespace(image_start_token_id=START, image_end_token_id=END)
+    stand_in = types.SimpleNamespace(config=config)
+    stand_in.get_vision_position_ids = types.MethodType(GlmImageModel.get_vision_position_ids, stand_in)
+    ids_out, deltas = GlmImageModel.get_rope_index(
+        stand_in, ids, image_grid_thw=grids, images_per_sample=per_sample, attention_mask=mask
+    )
+    return ids_out, deltas, stand_in._cached_decode_position_ids
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> dict[str, Any]:
+    rows, grids, counts, segment_rows = [], [], [], []
+    for _ in range(draw(st.integers(1, 3))):
+        lead = draw(st.integers(1, 4))
+        tokens, segments = [TEXT] * lead, [{"text": lead}]
+        row_grids = []
+        for _ in range(draw(st.integers(0, 3))):  # prompt images
+            grid = [draw(st.integers(1, 2)), draw(st.integers(1, 5)), draw(st.integers(1, 5))]
+            gap = draw(st.integers(0, 3))
+            tokens += [START, *[IMAGE] * (grid[0] * grid[1] * grid[2]), END, *[TEXT] * gap]
+            segments += [{"image": grid}, {"text": gap}]
+            row_grids.append(grid)
+        generated = [[1, draw(st.integers(1, 6)), draw(st.integers(1, 6))] for _ in range(draw(st.integers(0, 2)))]
+        row_grids += generated
+        segments += [{"generate": grid} for grid in generated]
+        if draw(st.booleans()):
+            tokens.append(START)  # the prompt opens the image to generate (to positions, one more token)
+            segments.insert(len(segments) - len(generated), {"text": 1})
+        rows.append(tokens)
+        segment_rows.append(segments)
+        grids += row_grids
+        counts.append(len(row_grids))
+    pads = draw(st.lists(st.integers(0, 3), min_size=len(rows), max_size=len(rows)))
+    left = draw(st.booleans())
+    width = max(len(r) + p for r, p in zip(rows, pads, strict=True))
+    ids = torch.full((len(rows), width), TEXT, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for b, row in enumerate(rows):
+        start = width - len(row) if left else 0
+        ids[b, start : start + len(row)] = torch.tensor(row)
+        mask[b, start : start + len(row)] = 1
+    shared = draw(st.booleans()) and len(rows) == 1
+    return {
+        "ids": ids,
+        "mask": mask,
+        "grids": torch.tensor(grids) if grids else None,
+        "per_sample": None if shared or not grids else torch.tensor(counts),
+        "segments": segment_rows,
+        "left": left,
+    }
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=batches())
+def test_glm_image_matches_transformers(case: dict[str, Any]) -> None:
+    expected_ids, expected_deltas, expected_decode = hf_glm_image(
+        case["ids"], case["grids"], case["per_sample"], case["mask"]
+    )
+    ours = glm_image_positions(
+        input_ids=case["ids"],
+        image_grid_thw=case["grids"],
+        images_per_sample=case["per_sample"],
+        attention_mask=case["mask"],
+    )
+    assert torch.equal(ours.position_ids, expected_ids)
+    assert torch.equal(ours.mrope_position_deltas, expected_deltas)
+    if expected_decode is None:
+        assert ours.decode_position_ids is None
+    else:
+        assert torch.equal(ours.decode_position_ids, expected_decode)
+    segments = glm_image_positions_from_segments(case["segments"], padding_side="left" if case["left"] else "right")
+    real = case["mask"].bool()
+    lengths = real.sum(dim=1)
+    columns = torch.arange(int(lengths.max()))[None, :]
+    own = columns >= lengths.max() - lengths[:, None] if case["left"] else columns < lengths[:, None]
+    assert torch.equal(segments.position_ids[:, own], expected_ids[:, real])
+    if expected_decode is not None:
+        assert torch.equal(segments.decode_position_ids, expected_decode)
+
+
+def test_glm_image_errors() -> None:
+    ids = torch.tensor([[TEXT, START, IMAGE, IMAGE, END]])
+    with pytest.raises(InvalidInput) as raised:
+        glm_image_positions(input_ids=ids, image_grid_thw=[[1, 1, 3]])
+    assert raised.value.field == "rows[0]"
+    for grids, counts in (([[1, 1, 2]], [2]), ([[0, 1, 2]], None), ([[1, 2**62, 2]], None)):
+        with pytest.raises(InvalidInput):
+            glm_image_positions(input_ids=ids, image_grid_thw=grids, images_per_sample=counts)

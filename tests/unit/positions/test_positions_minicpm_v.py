@@ -1,0 +1,131 @@
+"""MiniCPM-V 4.7 canvas M-RoPE: parity with transformers 5.24 ``MiniCPMV4_7Model.get_rope_index`` on randomized
+batches (images with and without slice grids, video frames grouped by markers or split by text, padding, both
+downsample modes)."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from transformers.models.minicpmv4_7.modeling_minicpmv4_7 import MiniCPMV4_7Model
+
+from ropeserve.errors import InvalidInput
+from ropeserve.positions.minicpm_v import MiniCpmMarkers, minicpmv_positions
+
+MARKERS = MiniCpmMarkers(slice_start=901, slice_end=902, image_start=903, image_end=904, newline=905)
+TEXT, CONTENT = 7, 8
+
+
+def hf_minicpmv(case: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    config = types.SimpleNamespace(
+        downsample_mode=case["mode"],
+        slice_start_id=MARKERS.slice_start,
+        slice_end_id=MARKERS.slice_end,
+        image_start_id=MARKERS.image_start,
+        image_end_id=MARKERS.image_end,
+        newline_id=MARKERS.newline,
+    )
+    stand_in = types.SimpleNamespace(config=config, _frame_end_idx=MiniCPMV4_7Model._frame_end_idx)
+    for name in ("_group_visual_frames", "get_vision_position_ids"):
+        setattr(stand_in, name, types.MethodType(getattr(MiniCPMV4_7Model, name), stand_in))
+    return MiniCPMV4_7Model.get_rope_index(
+        stand_in,
+        case["ids"],
+        mm_token_type_ids=case["types"],
+        target_sizes=case["sizes"][1],
+        target_sizes_videos=case["sizes"][2],
+        attention_mask=case["mask"],
+    )
+
+
+@st.composite
+def frames(draw: st.DrawFn, modality: int, merge: int, sizes: dict[int, list]) -> tuple[list[int], list[int]]:
+    """One frame: <image> thumbnail </image>, optionally a grid of <slice> crops </slice> with newlines."""
+
+    def crop() -> tuple[list[int], list[int]]:
+        h, w = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+        sizes[modality].append([h * merge + draw(st.integers(0, merge - 1)), w * merge])
+        return [CONTENT] * (h * w), [modality] * (h * w)
+
+    ids, kinds = crop()
+    ids, kinds = [MARKERS.image_start, *ids, MARKERS.image_end], [0, *kinds, 0]
+    if draw(st.booleans()):
+        rows, columns = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+        for r in range(rows):
+            for _ in range(columns):
+                slice_ids, slice_kinds = crop()
+                ids += [MARKERS.slice_start, *slice_ids, MARKERS.slice_end]
+                kinds += [0, *slice_kinds, 0]
+            if r < rows - 1 or draw(st.booleans()):
+                ids.append(MARKERS.newline)
+                kinds.append(0)
+    return ids, kinds
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> dict[str, Any]:
+    mode = draw(st.sampled_from(["16x", "4x"]))
+    merge = 4 if mode == "16x" else 2
+    sizes: dict[int, list] = {1: [], 2: []}
+    id_rows, kind_rows = [], []
+    for _ in range(draw(st.integers(1, 3))):
+        ids, kinds = [TEXT] * draw(st.integers(1, 3)), [0] * 0
+        kinds = [0] * len(ids)
+        for _ in range(draw(st.integers(0, 3))):
+            modality = draw(st.sampled_from([1, 2]))
+            for frame in range(draw(st.integers(1, 3)) if modality == 2 else 1):
+                if frame and draw(st.booleans()):  # a timestamp between two frames of a clip
+                    gap = draw(st.integers(1, 3))
+                    ids, kinds = ids + [TEXT] * gap, kinds + [0] * gap
+                frame_ids, frame_kinds = draw(frames(modality, merge, sizes))
+                ids, kinds = ids + frame_ids, kinds + frame_kinds
+            gap = draw(st.integers(1, 3))
+            ids, kinds = ids + [TEXT] * gap, kinds + [0] * gap
+        id_rows.append(ids)
+        kind_rows.append(kinds)
+    pads = [draw(st.integers(0, 2)) for _ in id_rows]
+    left = draw(st.booleans())
+    width = max(len(r) + p for r, p in zip(id_rows, pads, strict=True))
+    ids_t = torch.full((len(id_rows), width), TEXT, dtype=torch.long)
+    types_t = torch.zeros_like(ids_t)
+    mask = torch.zeros_like(ids_t)
+    for b, (ids, kinds) in enumerate(zip(id_rows, kind_rows, strict=True)):
+        start = width - len(ids) if left else 0
+        ids_t[b, start : start + len(ids)] = torch.tensor(ids)
+        types_t[b, start : start + len(ids)] = torch.tensor(kinds)
+        mask[b, start : start + len(ids)] = 1
+    as_tensor = {m: torch.tensor(v) if v else None for m, v in sizes.items()}
+    return {"ids": ids_t, "types": types_t, "mask": mask, "sizes": as_tensor, "mode": mode}
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases())
+def test_minicpmv_matches_transformers(case: dict[str, Any]) -> None:
+    expected_ids, expected_deltas = hf_minicpmv(case)
+    ours = minicpmv_positions(
+        input_ids=case["ids"],
+        mm_token_type_ids=case["types"],
+        markers=MARKERS,
+        target_sizes=case["sizes"][1],
+        target_sizes_videos=case["sizes"][2],
+        downsample_mode=case["mode"],
+        attention_mask=case["mask"],
+    )
+    assert torch.equal(ours.position_ids, expected_ids)
+    assert torch.equal(ours.mrope_position_deltas, expected_deltas)
+
+
+def test_minicpmv_errors() -> None:
+    ids = torch.tensor([[TEXT, MARKERS.image_start, CONTENT, CONTENT, MARKERS.image_end]])
+    kinds = torch.tensor([[0, 0, 1, 1, 0]])
+    for sizes, mode in (([[4, 4]], "16x"), ([[4, 8]], "2x"), (None, "16x"), ([[2**40, 4]], "16x")):
+        with pytest.raises(InvalidInput):
+            minicpmv_positions(
+                input_ids=ids, mm_token_type_ids=kinds, markers=MARKERS, target_sizes=sizes, downsample_mode=mode
+            )
+    with pytest.raises(InvalidInput):
+        minicpmv_positions(input_ids=ids, mm_token_type_ids=kinds * 3, markers=MARKERS, target_sizes=[[4, 8]])

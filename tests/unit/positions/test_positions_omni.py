@@ -1,0 +1,185 @@
+"""Qwen2.5-Omni: parity with transformers 5.24 ``get_rope_index`` (audio, images, videos, audio interleaved with its
+video by time chunks), in both input forms, with left/right padding; and its input errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from omni_oracle import (
+    as_segments,
+    audio_tokens,
+    audio_tokens_qwen3,
+    hf_omni_get_rope_index,
+    hf_qwen3_omni_get_rope_index,
+    omni_rows,
+    render_omni,
+)
+
+from ropeserve.errors import InvalidInput
+from ropeserve.positions.omni import omni_audio_tokens, omni_positions_from_segments, omni_positions_from_tokens
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> dict[str, Any]:
+    merge = draw(st.sampled_from([2, 2, 1]))
+    use_audio_in_video = draw(st.booleans())
+    rows = draw(omni_rows(merge, use_audio_in_video))
+    return {
+        "rows": rows,
+        "merge": merge,
+        "use_audio_in_video": use_audio_in_video,
+        "pps": draw(st.sampled_from([25, 25, 13, 2])),
+        "seconds_per_chunk": draw(st.sampled_from([2, 2, 1, 3])),
+        "pads": draw(st.lists(st.integers(0, 3), min_size=len(rows), max_size=len(rows))),
+        "left": draw(st.booleans()),
+    }
+
+
+@SETTINGS
+@given(case=cases())
+def test_omni_matches_transformers_get_rope_index(case: dict[str, Any]) -> None:
+    batch = render_omni(
+        case["rows"], case["merge"], use_audio_in_video=case["use_audio_in_video"], pads=case["pads"], left=case["left"]
+    )
+    options = {"pps": case["pps"], "seconds_per_chunk": case["seconds_per_chunk"]}
+    expected_ids, expected_deltas = hf_omni_get_rope_index(batch, merge=case["merge"], **options)
+    ours = omni_positions_from_tokens(
+        input_ids=batch.input_ids,
+        image_grid_thw=batch.image_grid_thw,
+        video_grid_thw=batch.video_grid_thw,
+        second_per_grid_ts=batch.second_per_grid_ts,
+        audio_seqlens=batch.audio_seqlens,
+        attention_mask=batch.attention_mask,
+        use_audio_in_video=case["use_audio_in_video"],
+        spatial_merge_size=case["merge"],
+        position_id_per_seconds=case["pps"],
+        seconds_per_chunk=case["seconds_per_chunk"],
+    )
+    assert torch.equal(ours.position_ids, expected_ids)
+    assert torch.equal(ours.mrope_position_deltas, expected_deltas)
+
+    segments = omni_positions_from_segments(
+        as_segments(case["rows"], case["merge"]),
+        spatial_merge_size=case["merge"],
+        position_id_per_seconds=case["pps"],
+        seconds_per_chunk=case["seconds_per_chunk"],
+        padding_side="left" if case["left"] else "right",
+    )
+    real = batch.attention_mask.bool()
+    assert torch.equal(segments.position_ids[:, segments.attention_mask], expected_ids[:, real])
+    assert torch.equal(segments.mrope_position_deltas, expected_deltas)
+
+
+def test_audio_in_video_interleaves_two_second_chunks() -> None:
+    """A 4-frame video at 1 s per grid (T 0, 25, 50, 75) with 60 audio tokens: chunks of 50 positions give video
+    frames 0-1, audio 0-49, video frames 2-3, audio 50-59."""
+    rows = [[{"text": 2}, {"video": [4, 2, 2], "second_per_grid_t": 1.0, "audio": 60}, {"text": 1}]]
+    ids = omni_positions_from_segments(rows).position_ids[0, 0]
+    body = ids[4:-3].tolist()
+    assert ids[:4].tolist() == [0, 1, 2, 2]  # text, then both opening markers at one position
+    assert body[:2] == [3, 28] and body[2:52] == list(range(3, 53)) and body[52:54] == [53, 78]
+    assert body[54:] == list(range(53, 63))
+    assert ids[-3:].tolist() == [63, 63, 64]  # closing markers after the last (audio) chunk, then text
+
+
+def test_audio_token_formula() -> None:
+    assert [omni_audio_tokens(n) for n in (3, 5, 7, 11, 101)] == [1, 1, 2, 3, 25]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"rows": [[{"audio": 0}]]}, "rows[0].segments[0]"),
+        ({"rows": [[{"video": [1, 2, 2], "second_per_grid_t": float("nan")}]]}, "rows[0].segments[0]"),
+        ({"rows": [[{"video": [1, 2, 2], "second_per_grid_t": 1e308}]]}, None),
+        ({"rows": [[{"image": [2**63, 2, 2]}]]}, "rows[0].segments[0]"),
+        ({"rows": [[{"image": [1, 3, 2]}]]}, "rows[0].segments[0]"),
+        ({"rows": [[{"text": 1}]], "position_id_per_seconds": float("inf")}, "position_id_per_seconds"),
+        ({"rows": [[{"text": 1}]], "seconds_per_chunk": 0}, "seconds_per_chunk"),
+        ({"rows": [[{"text": 1}]], "seconds_per_chunk": -1}, "seconds_per_chunk"),
+        ({"rows": [[{"text": 1}]], "family": "qwen9_omni"}, "family"),
+    ],
+)
+def test_omni_bad_input_is_invalid_input(kwargs: dict[str, Any], field: str | None) -> None:
+    rows = kwargs.pop("rows")
+    with pytest.raises(InvalidInput) as raised:
+        omni_positions_from_segments(rows, **kwargs)
+    if field is not None:
+        assert raised.value.field == field
+
+
+def test_omni_token_form_errors_name_the_row() -> None:
+    ids = torch.tensor([[100, 151652, 151655, 151655, 151653]])
+    with pytest.raises(InvalidInput) as raised:
+        omni_positions_from_tokens(input_ids=ids, image_grid_thw=[[1, 2, 2]])
+    assert raised.value.field == "rows[0].segments[1]"
+    with pytest.raises(InvalidInput) as raised:
+        omni_positions_from_tokens(input_ids=ids, image_grid_thw=[[1, 2, 4], [1, 2, 2]])
+    assert raised.value.field == "image_grid_thw"
+    with pytest.raises(InvalidInput):
+        omni_positions_from_tokens(input_ids=ids, image_grid_thw=[[1, 2, 4]], audio_seqlens=[10**30])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases())
+def test_qwen3_omni_matches_transformers_get_rope_index(case: dict[str, Any]) -> None:
+    """Float32 positions: fractional video times, blocks after fractional maxima, audio merged by position."""
+    batch = render_omni(
+        case["rows"],
+        case["merge"],
+        use_audio_in_video=case["use_audio_in_video"],
+        pads=case["pads"],
+        left=case["left"],
+        tokens_of=audio_tokens_qwen3,
+    )
+    expected_ids, expected_deltas = hf_qwen3_omni_get_rope_index(batch, merge=case["merge"], pps=case["pps"])
+    ours = omni_positions_from_tokens(
+        family="qwen3_omni_moe",
+        input_ids=batch.input_ids,
+        image_grid_thw=batch.image_grid_thw,
+        video_grid_thw=batch.video_grid_thw,
+        second_per_grid_ts=batch.second_per_grid_ts,
+        audio_seqlens=batch.audio_seqlens,
+        attention_mask=batch.attention_mask,
+        use_audio_in_video=case["use_audio_in_video"],
+        spatial_merge_size=case["merge"],
+        position_id_per_seconds=case["pps"],
+    )
+    assert ours.position_ids.dtype == expected_ids.dtype == torch.float32
+    assert torch.equal(ours.position_ids, expected_ids)
+    assert torch.equal(ours.mrope_position_deltas, expected_deltas)
+    segments = omni_positions_from_segments(
+        as_segments(case["rows"], case["merge"], audio_tokens_qwen3),
+        family="qwen3_omni_moe",
+        spatial_merge_size=case["merge"],
+        position_id_per_seconds=case["pps"],
+        padding_side="left" if case["left"] else "right",
+    )
+    real = batch.attention_mask.bool()
+    assert torch.equal(segments.position_ids[:, segments.attention_mask], expected_ids[:, real])
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni_moe"])
+def test_batch_without_grids_takes_transformers_text_branch(family: str) -> None:
+    """No image or video grid: transformers numbers real tokens 0.., puts 1 in padded slots and counts them in the
+    row maximum (a one-token row gets delta 1)."""
+    qwen3 = family == "qwen3_omni_moe"
+    rows = [[{"text": 1}, {"audio_seqlen": 9}, {"text": 1}], [{"text": 1}]]
+    tokens_of = audio_tokens_qwen3 if qwen3 else audio_tokens
+    batch = render_omni(rows, 2, use_audio_in_video=False, pads=[0, 0], left=True, tokens_of=tokens_of)
+    if qwen3:
+        expected_ids, expected_deltas = hf_qwen3_omni_get_rope_index(batch, merge=2, pps=25)
+    else:
+        expected_ids, expected_deltas = hf_omni_get_rope_index(batch, merge=2, pps=25, seconds_per_chunk=2)
+    ours = omni_positions_from_tokens(
+        family=family, input_ids=batch.input_ids, audio_seqlens=batch.audio_seqlens, attention_mask=batch.attention_mask
+    )
+    assert torch.equal(ours.position_ids, expected_ids)
+    assert torch.equal(ours.mrope_position_deltas, expected_deltas)
+    assert int(ours.mrope_position_deltas[1, 0]) == 1
