@@ -73,7 +73,60 @@ QWEN_VL = {
     "vision_config": {"spatial_merge_size": 2, "tokens_per_second": 2, "hidden_size": 64, "num_heads": 4},
 }
 ROWS = [[{"text": 2}, {"image": [1, 4, 4]}, {"video": [2, 4, 4], "second_per_grid_t": 1.0}, {"text": 1}]]
+MINICPM_MARKERS = {"slice_start": 901, "slice_end": 902, "image_start": 903, "image_end": 904, "newline": 905}
+MINICPM_IDS = [7, 903, 8, 8, 8, 8, 904, 7, 903, 8, 8, 8, 8, 904, 7]
+"""An image and a video frame of 2x2 tokens each (16x downsampling: an 8x8 crop), between text."""
+HUNYUAN_TYPES = [[0, 0, 1, 1, 1, 1, 1, 1, 0], [0, 1, 1, 1, 1, 1, 1, 1, 1]]
+GLM_IMAGE_IDS = [[7, 7, 16384, *[167855] * 6, 16385, 7, 16384], [7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 16384, 7]]
+
+
+def omni_token_form() -> dict[str, Any]:
+    """A Qwen2.5-Omni token-form request: a video with its audio interleaved, then text."""
+    from omni_oracle import render_omni
+
+    rows = [[{"text": 3}, {"video": [2, 4, 4], "second_per_grid_t": 1.0, "audio_seqlen": 100}, {"text": 2}]]
+    batch = render_omni(rows, 2, use_audio_in_video=True, pads=[0], left=True)
+    return {
+        "family": "qwen2_5_omni",
+        "input_ids": batch.input_ids.tolist(),
+        "attention_mask": batch.attention_mask.tolist(),
+        "video_grid_thw": batch.video_grid_thw.tolist(),
+        "second_per_grid_ts": batch.second_per_grid_ts.tolist(),
+        "audio_seqlens": batch.audio_seqlens.tolist(),
+        "use_audio_in_video": True,
+        "position_id_per_seconds": 25.0,
+        "seconds_per_chunk": 2.0,
+    }
+
+
 JSON_CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "mrope omni": ("/v1/mrope/positions", omni_token_form()),
+    "mrope glm-image": (
+        "/v1/mrope/positions",
+        {
+            "family": "glm_image",
+            "input_ids": GLM_IMAGE_IDS,
+            "image_grid_thw": [[1, 2, 3], [1, 4, 4], [1, 3, 5]],
+            "images_per_sample": [2, 1],
+        },
+    ),
+    "mrope hunyuan-vl": (
+        "/v1/mrope/positions",
+        {"family": "hunyuan_vl", "mm_token_type_ids": HUNYUAN_TYPES, "image_grid_thw": [[1, 4, 4]] * 2, "num_axes": 4},
+    ),
+    "mrope minicpm-v": (
+        "/v1/mrope/positions",
+        {
+            "family": "minicpmv4_7",
+            "input_ids": [MINICPM_IDS],
+            "mm_token_type_ids": [
+                [1 if token == 8 and i < 7 else 2 if token == 8 else 0 for i, token in enumerate(MINICPM_IDS)]
+            ],
+            "target_sizes": [[8, 8]],
+            "target_sizes_videos": [[8, 8]],
+            "marker_ids": MINICPM_MARKERS,
+        },
+    ),  # fmt: skip
     "positions mask": (
         "/v1/positions",
         {"attention_mask": [[0, 1, 1]], "past_lengths": [5], "fill_value": 1},
@@ -203,6 +256,15 @@ TENSOR_CASES: dict[str, tuple[str, dict[str, torch.Tensor], dict[str, Any]]] = {
         "/v1/mrope/apply",
         {"q": torch.randn(1, 2, 3, 128), "positions": torch.arange(3).expand(3, 3).contiguous()},
         {"config": QWEN_VL | {"hidden_size": 256, "num_attention_heads": 2}},
+    ),
+    "rope apply-table": (
+        "/v1/rope/apply-table",
+        {
+            "q": torch.randn(3, 2 * 16),
+            "positions": torch.arange(3),
+            "cos_sin_cache": torch.cat([torch.ones(8, 8), torch.zeros(8, 8)], dim=1),
+        },
+        {"rope": {"rope_theta": 10000.0, "head_dim": 16}, "layout": "flat", "atol": 0.01},
     ),
     "resample": (
         "/v1/pe/resample",

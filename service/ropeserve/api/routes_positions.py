@@ -211,17 +211,17 @@ class MRopePositionsRequest(MRopeModel):
     video_grid_thw: IntMatrix | None = Field(None, description="[N_vid, 3] (t, h, w) in patches, batch order.")
     second_per_grid_ts: list[float] | None = Field(None, description="Qwen2.5-VL: seconds per temporal patch.")
     attention_mask: IntMatrix | None = Field(None, description="[B, L] 0/1 (token form).")
-    images_per_sample: list[int] | None = Field(None, description="GLM-Image: how many grids each row owns.")
+    images_per_sample: list[Int64] | None = Field(None, description="GLM-Image: how many grids each row owns.")
     num_axes: int = Field(4, ge=3, le=16, description="HunYuan-VL: position axes (len of its mrope_section).")
     target_sizes: IntMatrix | None = Field(None, description="MiniCPM-V 4.7: [H, W] of each image crop, in order.")
     target_sizes_videos: IntMatrix | None = Field(None, description="MiniCPM-V 4.7: [H, W] of each video crop.")
     downsample_mode: Literal["16x", "4x"] = Field("16x", description="MiniCPM-V 4.7: patches merged per token.")
-    marker_ids: dict[str, int] | None = Field(
+    marker_ids: dict[str, Int64] | None = Field(
         None,
         description="MiniCPM-V 4.7: slice_start, slice_end, image_start, image_end, newline token ids (default: "
         "the config's *_id keys).",
     )
-    audio_seqlens: list[int] | None = Field(None, description="Qwen2.5-Omni token form: audio feature frames each.")
+    audio_seqlens: list[Int64] | None = Field(None, description="Qwen2.5-Omni token form: audio feature frames each.")
     use_audio_in_video: bool = Field(False, description="Qwen2.5-Omni token form: videos carry their audio.")
     position_id_per_seconds: float | None = Field(None, description="Qwen2.5-Omni time scale (default 25).")
     seconds_per_chunk: float | None = Field(None, description="Qwen2.5-Omni audio/video chunk (default 2 s).")
