@@ -194,7 +194,7 @@ HOSTILE_JSON: dict[str, tuple[str, str, str]] = {
     "tokens_per_second 1e308": (
         "/v1/mrope/positions",
         json.dumps({"family": "qwen2_5_vl", "tokens_per_second": 1e308, "rows": QWEN25_ROWS}),
-        "second_per_grid_t",
+        "tokens_per_second",
     ),
     # item 10: a typo in an explicit rope object is an error, not a silent default
     "explicit rope typo rope_thetaa": (

@@ -30,6 +30,7 @@ from ropeserve.errors import InvalidInput, check_limit
 from ropeserve.positions import (
     DEFAULT_COMPAT,
     INT64_MAX,
+    MAX_TOKENS_PER_SECOND,
     decode_positions,
     mrope_decode_positions,
     mrope_positions_from_segments,
@@ -175,7 +176,9 @@ class MRopeModel(StrictModel):
     preset: str | None = Field(None, description="A preset whose model_type and vision_config give the family.")
     config: dict[str, Any] | None = Field(None, description="A config.json giving model_type and vision_config.")
     spatial_merge_size: Int64 | None = Field(None, ge=1, le=64, description="Default: the config's, else the family's.")
-    tokens_per_second: float | None = Field(None, gt=0, description="Qwen2.5-VL video time scale (default 2).")
+    tokens_per_second: float | None = Field(
+        None, gt=0, le=MAX_TOKENS_PER_SECOND, description="Qwen2.5-VL video time scale (default 2)."
+    )
 
     def resolve(self) -> tuple[str, int | None, float | None]:
         """``(family, spatial_merge_size, tokens_per_second)`` with explicit fields winning over the config."""

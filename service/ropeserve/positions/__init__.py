@@ -34,6 +34,7 @@ from ropeserve.positions.families import (
 )
 from ropeserve.positions.mrope import (
     IMAGE_TOKEN,
+    MAX_TOKENS_PER_SECOND,
     TEXT_TOKEN,
     VIDEO_TOKEN,
     MRopePositions,
@@ -61,6 +62,7 @@ __all__ = [
     "FRAME_INDEX",
     "FRAME_STRIDE",
     "IMAGE_TOKEN",
+    "MAX_TOKENS_PER_SECOND",
     "MROPE_FAMILIES",
     "MROPE_FAMILY_ALIASES",
     "PAD_POSITION",

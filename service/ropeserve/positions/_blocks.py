@@ -121,7 +121,7 @@ def _last_frame_offsets(blocks: Blocks) -> np.ndarray:
         raise InvalidInput(
             f"a video's temporal position offset (frame × tokens_per_second × second_per_grid_t) is "
             f"{float(scaled[bad][0])}; it must be finite and at most 2**53",
-            field="tokens_per_second",
+            field="second_per_grid_t",
         )
     return scaled.long().numpy()
 

@@ -164,8 +164,10 @@ def require_int(value: object, field: str, *, minimum: int | None = None) -> int
     return value
 
 
-def require_finite_float(value: object, field: str, *, minimum: float | None = None) -> float:
-    """A finite Python float (ints accepted, bools refused), optionally bounded below."""
+def require_finite_float(
+    value: object, field: str, *, minimum: float | None = None, maximum: float | None = None
+) -> float:
+    """A finite Python float (ints accepted, bools refused), optionally bounded."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput(f"{field} must be a number, got {value!r}", field=field)
     number = float(value) if isinstance(value, float) or abs(value) <= FLOAT_MAX else math.inf
@@ -173,6 +175,8 @@ def require_finite_float(value: object, field: str, *, minimum: float | None = N
         raise InvalidInput(f"{field} must be finite, got {number}", field=field)
     if minimum is not None and number < minimum:
         raise InvalidInput(f"{field} is {number}; it must be >= {minimum}", field=field)
+    if maximum is not None and number > maximum:
+        raise InvalidInput(f"{field} is {number}; it must be <= {maximum:g}", field=field)
     return number
 
 

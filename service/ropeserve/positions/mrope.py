@@ -60,6 +60,12 @@ __all__ = [
 FloatsLike = torch.Tensor | Sequence[float]
 
 
+MAX_TOKENS_PER_SECOND = 1e12
+"""Largest ``tokens_per_second`` (released checkpoints use 2 to 25 temporal positions per second): a larger value
+is refused naming it, so that a frame time that still overflows 2**53 is ``second_per_grid_t``'s doing and is
+refused naming that, where the frame times are computed."""
+
+
 @dataclass(frozen=True)
 class MRopePositions:
     """Result of a prefill position computation."""
@@ -98,7 +104,7 @@ def resolve_settings(
     merge = spatial_merge_size if spatial_merge_size is not None else spec.spatial_merge_size
     tps = tokens_per_second if tokens_per_second is not None else spec.tokens_per_second
     if tps is not None:
-        tps = require_finite_float(tps, "tokens_per_second", minimum=0.0)
+        tps = require_finite_float(tps, "tokens_per_second", minimum=0.0, maximum=MAX_TOKENS_PER_SECOND)
     if spec.temporal_rule.scales_by_seconds and tps is None:
         raise InvalidInput(f"family {spec.name} needs tokens_per_second", field="tokens_per_second")
     return ModelSettings(

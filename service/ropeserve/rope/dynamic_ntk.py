@@ -45,7 +45,7 @@ def vllm_static_theta(params: RopeParams) -> float:
         raise InvalidInput(f"vLLM's dynamic NTK base overflows: {exc}", field="dynamic_ntk") from None
     if isinstance(theta, complex) or not math.isfinite(theta) or theta <= 0:
         raise InvalidInput(f"vLLM's dynamic NTK base is {theta}, not a finite positive number", field="dynamic_ntk")
-    return theta
+    return float(theta)
 
 
 def resolve_dynamic_ntk(params: RopeParams, rule: DynamicNtkRule | str, max_position: int) -> RopeParams:

@@ -164,13 +164,25 @@ def test_engines_keep_an_image_with_several_frames_at_its_start_time() -> None:
 
 
 @pytest.mark.parametrize("compat", ["transformers5", "transformers4", "vllm", "sglang"])
-@pytest.mark.parametrize(("tps", "seconds"), [(1e308, 1.0), (3e38, 1e10), (2.0, 1e30), (1e308, 0.0)])
-def test_overflowing_video_time_is_invalid_input_not_a_wrapped_number(compat: str, tps: float, seconds: float) -> None:
-    """A float32 time of inf / NaN / beyond 2**53 used to come back as a wrapped int64 position."""
+@pytest.mark.parametrize(
+    ("tps", "seconds", "culprit"),
+    [
+        (1e308, 1.0, "tokens_per_second"),
+        (3e38, 1e10, "tokens_per_second"),
+        (2.0, 1e30, "second_per_grid_t"),
+        (1e308, 0.0, "tokens_per_second"),
+        (1e6, 1e13, "second_per_grid_t"),
+    ],
+)
+def test_overflowing_video_time_is_invalid_input_not_a_wrapped_number(
+    compat: str, tps: float, seconds: float, culprit: str
+) -> None:
+    """A float32 time of inf / NaN / beyond 2**53 used to come back as a wrapped int64 position; the problem names
+    the value that made it overflow."""
     rows = [[{"text": 1}, {"video": [3, 2, 2], "second_per_grid_t": seconds}]]
     with pytest.raises(InvalidInput) as raised:
         mrope_positions_from_segments(rows, family="qwen2_5_vl", tokens_per_second=tps, compat=compat)
-    assert raised.value.field == "tokens_per_second"
+    assert raised.value.field == culprit
     with pytest.raises(InvalidInput):
         mrope_positions_from_tokens(
             family="qwen2_5_vl",
