@@ -84,6 +84,7 @@ def test_mixed_b_reaches_the_parameters_from_a_config() -> None:
         ({"rope_type": "ntk", "factor": 4.0, "mixed_b": "0.5"}, "rope.mixed_b"),
         ({"rope_type": "ntk", "factor": 4.0, "beta_fast": 32}, "rope.beta_fast"),  # a yarn key
         ({"rope_type": "yarn", "factor": 4.0, "mixed_b": 0.5}, "rope.mixed_b"),  # an ntk key
+        ({"rope_type": "ntk", "factor": 1e308}, "rope.factor"),  # theta x factor overflows to inf
     ],
 )
 def test_bad_ntk_parameters_are_refused_at_their_key(rope: dict[str, Any], field: str) -> None:

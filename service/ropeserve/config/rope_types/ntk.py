@@ -59,9 +59,12 @@ def spectrum(params: RopeParams, base: list[float], seq_len: int | None) -> Spec
 
 
 def problems(params: RopeParams) -> Iterator[Problem]:
-    mixed_b = params.value("mixed_b")
+    mixed_b, factor = params.value("mixed_b"), params.factor
     if mixed_b is not None and not (math.isfinite(mixed_b) and 0 < mixed_b <= MAX_MIXED_B):
         yield Problem("mixed_b", f"mixed_b = {mixed_b!r} must be finite and in (0, {MAX_MIXED_B}]", "range")
+    if mixed_b is None and factor is not None and not math.isfinite(params.rope_theta * factor):
+        scaled = f"rope_theta x factor = {params.rope_theta} x {factor}"
+        yield Problem("factor", f"the scaled base {scaled} overflows", "range")
 
 
 ROPE_TYPE = RopeType(
