@@ -57,7 +57,7 @@ def warm_up(runtime: Runtime) -> None:
     """Run each hot path once so the first request pays no first-call cost; then mark ready."""
     params = from_explicit({"rope_type": "default", "rope_theta": 10000.0, "head_dim": 128})
     rope_cos_sin(params, torch.arange(1024), cache=runtime.tables, device=runtime.device)
-    for hook in runtime.extensions.get("warmups", []):  # type: ignore[union-attr]
+    for hook in runtime.warmups:
         hook(runtime)
     runtime.set_ready(True)
 
@@ -72,7 +72,7 @@ def begin_drain(runtime: Runtime) -> None:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     runtime: Runtime = app.state.runtime
     runtime.draining = False
-    for start in runtime.extensions.get("startups", []):  # type: ignore[union-attr]
+    for start in runtime.startups:
         await start(runtime)
     warm_up(runtime)
     logger.info("ropeserve %s ready on %s", __version__, runtime.device)
@@ -80,7 +80,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         begin_drain(runtime)
-        for stop in runtime.extensions.get("shutdowns", []):  # type: ignore[union-attr]
+        for stop in runtime.shutdowns:
             await stop(runtime)
 
 

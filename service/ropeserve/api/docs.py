@@ -13,7 +13,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.routing import APIRoute
 from starlette.staticfiles import StaticFiles
-from swagger_ui_bundle import swagger_ui_path
+from swagger_ui_bundle import swagger_ui_path  # type: ignore[import-untyped]
 
 DOCS_PATH = "/docs"
 ASSETS_PATH = "/docs/assets"

@@ -18,7 +18,7 @@ import hmac
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from starlette.requests import ClientDisconnect
@@ -51,7 +51,8 @@ def configure_access_log(enabled: bool) -> None:
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
+    headers: Iterable[tuple[bytes, bytes]] = scope.get("headers", ())
+    for key, value in headers:
         if key == name:
             return value.decode("latin-1")
     return None

@@ -123,7 +123,7 @@ class JSONInThreadRoute(APIRoute):
         handler = super().get_route_handler()
 
         async def handle(request: Request) -> Response:
-            return await handler(ThreadedJSONRequest(request.scope, request.receive))  # type: ignore[no-any-return]
+            return await handler(ThreadedJSONRequest(request.scope, request.receive))
 
         return handle
 

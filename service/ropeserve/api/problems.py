@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -124,7 +125,7 @@ def _json_syntax_detail(error: dict[str, Any], document: Any) -> str:
     return f"the body is not valid JSON: {reason} at line {line}, column {column} (character {position})"
 
 
-def _unparsed_body(errors: list[dict[str, Any]]) -> bool:
+def _unparsed_body(errors: Sequence[Mapping[str, Any]]) -> bool:
     """FastAPI validates the raw bytes when the Content-Type does not name JSON: the body was never parsed."""
     return any(tuple(e.get("loc", ())) == ("body",) and isinstance(e.get("input"), bytes | bytearray) for e in errors)
 

@@ -229,7 +229,7 @@ class MRopePositionsRequest(MRopeModel):
     position_id_per_seconds: float | None = Field(None, description="Qwen2.5-Omni time scale (default 25).")
     seconds_per_chunk: float | None = Field(None, description="Qwen2.5-Omni audio/video chunk (default 2 s).")
     compat: Compat = Field(
-        DEFAULT_COMPAT.value,  # type: ignore[arg-type]
+        DEFAULT_COMPAT.value,
         description="Which implementation to reproduce: transformers5 (the pinned oracle, default), transformers4, "
         "vllm or sglang (README: where transformers versions or engines disagree).",
     )
@@ -320,22 +320,31 @@ def _hunyuan_vl_prefill(body: MRopePositionsRequest, family: str, merge: int | N
 MARKER_NAMES = ("slice_start", "slice_end", "image_start", "image_end", "newline")
 
 
+def _marker_ids(body: MRopePositionsRequest) -> dict[str, int]:
+    """MiniCPM-V marker token ids by name, from ``marker_ids`` or else the config's ``*_id`` keys; each checked."""
+    source: Mapping[str, object] = body.marker_ids or {
+        name: (body.config or {}).get(f"{name}_id") for name in MARKER_NAMES
+    }
+    found = {name: source.get(name) for name in MARKER_NAMES}
+    ids = {name: value for name, value in found.items() if isinstance(value, int) and not isinstance(value, bool)}
+    missing = [name for name in MARKER_NAMES if name not in ids]
+    if missing:
+        raise InvalidInput(f"give marker_ids (or a config) with {', '.join(missing)}", field="marker_ids")
+    for name, value in ids.items():
+        if not 0 <= value <= INT64_MAX:
+            raise InvalidInput(f"marker_ids.{name} must be a token id in [0, 2**63 - 1]", field=f"marker_ids.{name}")
+    return ids
+
+
 def _minicpmv_prefill(body: MRopePositionsRequest, family: str, merge: int | None, limit: int) -> Any:
     """MiniCPM-V 4.7: ``input_ids`` + ``mm_token_type_ids`` + target sizes; marker ids from the request or config."""
     if body.input_ids is None or body.mm_token_type_ids is None:
         raise InvalidInput("MiniCPM-V 4.7 takes input_ids and mm_token_type_ids", field="input_ids")
     check_limit(body.tokens(), limit, "tokens", "input_ids")
-    source = body.marker_ids or {name: (body.config or {}).get(f"{name}_id") for name in MARKER_NAMES}
-    missing = [name for name in MARKER_NAMES if not isinstance(source.get(name), int) or isinstance(source[name], bool)]
-    if missing:
-        raise InvalidInput(f"give marker_ids (or a config) with {', '.join(missing)}", field="marker_ids")
-    for name in MARKER_NAMES:
-        if not 0 <= source[name] <= INT64_MAX:
-            raise InvalidInput(f"marker_ids.{name} must be a token id in [0, 2**63 - 1]", field=f"marker_ids.{name}")
     return minicpmv_positions(
         input_ids=body.input_ids,
         mm_token_type_ids=body.mm_token_type_ids,
-        markers=MiniCpmMarkers(**{name: source[name] for name in MARKER_NAMES}),
+        markers=MiniCpmMarkers(**_marker_ids(body)),
         target_sizes=body.target_sizes,
         target_sizes_videos=body.target_sizes_videos,
         downsample_mode=body.downsample_mode,

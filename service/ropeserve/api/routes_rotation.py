@@ -51,7 +51,7 @@ class RotationParams(RopeSource):
         params, default_pairing = self.resolve()
         return RotationOptions(
             params,
-            pairing=self.pairing or default_pairing,  # type: ignore[arg-type]
+            pairing=self.pairing or default_pairing,
             layout=self.layout,
             mrope=mrope,
             dtype=None if self.dtype is None else DTYPES[self.dtype],
@@ -194,9 +194,8 @@ def install(app: FastAPI, kernel: str | None = None) -> RotationService:
     runtime.extensions["rotation"] = service
     runtime.extensions["kernel"] = service.kernel_name
     runtime.extensions["kernels"] = service.kernel_report()
-    hooks = runtime.extensions
-    hooks.setdefault("startups", []).append(lambda _: service.start())  # type: ignore[union-attr]
-    hooks.setdefault("warmups", []).append(lambda _: service.warm_up())  # type: ignore[union-attr]
-    hooks.setdefault("shutdowns", []).append(lambda _: service.stop())  # type: ignore[union-attr]
+    runtime.startups.append(lambda _: service.start())
+    runtime.warmups.append(lambda _: service.warm_up())
+    runtime.shutdowns.append(lambda _: service.stop())
     app.include_router(router)
     return service

@@ -175,5 +175,5 @@ def install(app: FastAPI) -> None:
     async def close_regions(_: Runtime) -> None:
         registry.close_all()
 
-    runtime.extensions.setdefault("shutdowns", []).append(close_regions)  # type: ignore[union-attr]
+    runtime.shutdowns.append(close_regions)
     app.include_router(router)

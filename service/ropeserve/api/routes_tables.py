@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
+import torch
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import Field
@@ -45,7 +46,7 @@ class TableRotationParams(RopeSource):
     atol: float = Field(0.0, ge=0.0, allow_inf_nan=False, description="Rows differing by more count as differing.")
 
 
-def _float_tensors(tensors: dict, names: tuple[str, ...]) -> None:
+def _float_tensors(tensors: dict[str, torch.Tensor], names: tuple[str, ...]) -> None:
     for name in names:
         if name in tensors and str(tensors[name].dtype).removeprefix("torch.") not in FLOAT_DTYPES:
             raise InvalidInput(f"{name} must be float32, bfloat16 or float16, got {tensors[name].dtype}", field=name)
@@ -74,7 +75,7 @@ async def apply_table(request: Request, runtime: RuntimeDep) -> Response:
     pairing = options.pairing or default_pairing
     tensors = payload.tensors
     _float_tensors(tensors, ("q", "k", "cos_sin_cache", "cos", "sin"))
-    cos, sin = caller_table(tensors, params.rotary_dim, pairing)  # type: ignore[arg-type]
+    cos, sin = caller_table(tensors, params.rotary_dim, pairing)
     check_limit(2 * cos.numel(), runtime.settings.max_table_elements, "table elements (cos+sin)", "cos_sin_cache")
     difference = compare_table(params, cos, sin, atol=options.atol)
     q, k = rotate_with_table(
@@ -85,7 +86,7 @@ async def apply_table(request: Request, runtime: RuntimeDep) -> Response:
         sin,
         head_dim=params.head_dim,
         layout=options.layout,
-        pairing=pairing,  # type: ignore[arg-type]
+        pairing=pairing,
     )
     meta = {"table": difference.as_dict(), "pairing": pairing, "layout": options.layout, "params": params.as_dict()}
     out = {"q": q} if k is None else {"q": q, "k": k}

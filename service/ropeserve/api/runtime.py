@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -21,6 +22,12 @@ def resolve_device(choice: str) -> torch.device:
     return torch.device(choice)
 
 
+AsyncHook = Callable[["Runtime"], Awaitable[None]]
+"""A lifespan hook awaited with the runtime (``Runtime.startups`` and ``Runtime.shutdowns``)."""
+WarmupHook = Callable[["Runtime"], None]
+"""A warm-up hook called with the runtime before it is marked ready (``Runtime.warmups``)."""
+
+
 @dataclass
 class Runtime:
     settings: Settings
@@ -31,6 +38,9 @@ class Runtime:
     ready: bool = False
     draining: bool = False
     extensions: dict[str, object] = field(default_factory=dict)
+    startups: list[AsyncHook] = field(default_factory=list)
+    warmups: list[WarmupHook] = field(default_factory=list)
+    shutdowns: list[AsyncHook] = field(default_factory=list)
 
     @classmethod
     def create(cls, settings: Settings) -> Runtime:
@@ -49,7 +59,8 @@ class Runtime:
 
 async def get_runtime(request: Request) -> Runtime:
     """``async`` so that FastAPI resolves it on the event loop (a sync dependency costs a thread hop)."""
-    return request.app.state.runtime
+    runtime: Runtime = request.app.state.runtime
+    return runtime
 
 
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]

@@ -8,13 +8,14 @@ import torch
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from ropeserve.config import RopeParams, from_explicit, normalize_config, preset_config
+from ropeserve.config.families import Pairing
 from ropeserve.errors import InvalidInput, check_limit
 from ropeserve.positions import INT64_MAX, INT64_MIN
 from ropeserve.rope.tables import MAX_POSITION
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DtypeName = Literal["float32", "bfloat16", "float16"]
-PairingName = Literal["neox", "gptj"]
+PairingName = Pairing
 Position = Annotated[int, Field(ge=0, le=MAX_POSITION)]
 
 
@@ -66,7 +67,7 @@ class RopeSource(StrictModel):
         require_exactly_one(self, ("config", "preset", "rope"))
         return self
 
-    def resolve(self) -> tuple[RopeParams, str]:
+    def resolve(self) -> tuple[RopeParams, Pairing]:
         """``(params, default pairing)`` for this source."""
         if self.rope is not None:
             return from_explicit(self.rope), "neox"

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ropeserve import __version__
+from ropeserve.api.runtime import Runtime
 from ropeserve.settings import Settings
 
 if TYPE_CHECKING:
@@ -63,10 +64,11 @@ def install_tracing(app: FastAPI, settings: Settings) -> None:
     app.state.tracer_provider = provider
     app.add_middleware(TracingMiddleware, tracer=provider.get_tracer("ropeserve.api", __version__))
 
-    async def flush(runtime: Any) -> None:
+    async def flush(_: Runtime) -> None:
         provider.shutdown()
 
-    app.state.runtime.extensions.setdefault("shutdowns", []).append(flush)
+    runtime: Runtime = app.state.runtime
+    runtime.shutdowns.append(flush)
 
 
 class TracingMiddleware:

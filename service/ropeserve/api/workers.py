@@ -92,7 +92,7 @@ class Supervisor:
         for index, process in enumerate(self.processes):
             if process.exitcode is None or process.pid is None:
                 continue
-            multiprocess.mark_process_dead(process.pid, str(self.directory))
+            multiprocess.mark_process_dead(process.pid, str(self.directory))  # type: ignore[no-untyped-call]
             if self.stopping is None and process.exitcode == NOT_STARTED:
                 logger.error("ropeserve: worker %d could not start; stopping", process.pid)
                 self.handle(signal.SIGTERM, None)

@@ -35,6 +35,10 @@ class MropePositions:
     """A video's merged ``t`` is ``t // video_temporal_merge_size`` (ERNIE-4.5-VL: 2); images keep ``t``."""
 
 
+Pairing = Literal["neox", "gptj"]
+"""How channels pair up for rotation: NeoX halves or GPT-J adjacent channels."""
+
+
 @dataclass(frozen=True)
 class ModelFamily:
     """What a model type implies beyond its config file."""
@@ -45,7 +49,7 @@ class ModelFamily:
     mrope_layout: MropeLayout | None = None
     head_dim_key: str | None = None
     legacy_longrope_aliases: frozenset[str] = frozenset({"su"})
-    pairing: Literal["neox", "gptj"] = "neox"
+    pairing: Pairing = "neox"
     positions: MropePositions | None = None
     attribute_map: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """The config class's ``attribute_map``: canonical key -> the key this family's files write (GPT-J's n_embd)."""

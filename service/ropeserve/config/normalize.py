@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ropeserve.config.families import ModelFamily, family_of
+from ropeserve.config.families import ModelFamily, Pairing, family_of
 from ropeserve.config.jsonsafe import check_json_numbers
 from ropeserve.config.params import FIELD_NAMES, RopeParams
 from ropeserve.config.rope_types import ALIASES, ROPE_TYPES, RopeType, lookup
@@ -49,7 +49,7 @@ class NormalizedConfig:
     layers: dict[str, RopeParams | None]
     sources: dict[str, dict[str, str]]
     text_pointer: str
-    pairing: str
+    pairing: Pairing
     text_config: Mapping[str, Any] = field(repr=False, default_factory=dict)
 
     def params(self, layer_type: str | None = None) -> RopeParams:

@@ -16,6 +16,7 @@ import ctypes
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import torch
 
@@ -31,7 +32,13 @@ PIECE_BYTES = 1 << 19
 
 SYMBOLS = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 PAIRING_FLAG = {"neox": 0, "gptj": 1}
-_ARGTYPES = [*[ctypes.c_void_p] * 2, *[ctypes.c_int64] * 8, *[ctypes.c_void_p] * 2, ctypes.c_int64, ctypes.c_int32]
+_ARGTYPES: list[type[ctypes._SimpleCData[Any]]] = [
+    *[ctypes.c_void_p] * 2,
+    *[ctypes.c_int64] * 8,
+    *[ctypes.c_void_p] * 2,
+    ctypes.c_int64,
+    ctypes.c_int32,
+]
 """x, out, row_begin, row_end, heads, head_dim, 4 strides, cos, sin, n_freq, gptj (see ``csrc/rope_cpu.c``)."""
 
 
@@ -41,7 +48,7 @@ def c_function(dtype: torch.dtype) -> Callable[..., None] | None:
     library = load_library().library
     if library is None or dtype not in SYMBOLS:
         return None
-    function = getattr(library, f"ropeserve_rotate_{SYMBOLS[dtype]}", None)
+    function: ctypes._NamedFuncPointer | None = getattr(library, f"ropeserve_rotate_{SYMBOLS[dtype]}", None)
     if function is None:
         return None
     function.argtypes, function.restype = _ARGTYPES, None

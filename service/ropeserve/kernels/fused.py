@@ -98,7 +98,7 @@ def _rotate_rows(
     tokens = max(1, GRAIN_ELEMENTS // (heads * head_dim))
     rotated = rows_out[..., :rotary_dim]
     operands = (rows_in, rows_out, rotated, *PAIR_VIEWS[pairing](rotated), cos[:, None], sin[:, None])
-    chunks = list(zip(*(operand.split(tokens) for operand in operands), strict=True))
+    chunks = list(zip(*(operand.split(tokens) for operand in operands), strict=True))  # type: ignore[no-untyped-call]
     claim = itertools.count().__next__
 
     def drain() -> None:

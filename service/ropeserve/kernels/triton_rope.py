@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 
 import torch
-import triton
-import triton.language as tl
+import triton  # type: ignore[import-untyped]
+import triton.language as tl  # type: ignore[import-untyped]
 
 from ropeserve.errors import InvalidInput
 from ropeserve.kernels.prep import RotationInputs, prepare, token_major, upload
@@ -75,8 +75,10 @@ class Tile:
     num_warps: int = 4
 
 
-@triton.jit
-def _round_to(value, ROUND: tl.constexpr):
+# The kernels' parameters stay unannotated: Triton reads their annotations (tl.constexpr, and type hints that
+# change how it specialises a launch), and triton ships no type information, so each kernel carries two ignores.
+@triton.jit  # type: ignore[untyped-decorator]
+def _round_to(value, ROUND: tl.constexpr):  # type: ignore[no-untyped-def]
     """Round float32 ``value`` to the tensor dtype and back (identity for float32)."""
     if ROUND == 1:
         bits = value.to(tl.uint32, bitcast=True)
@@ -90,8 +92,8 @@ def _round_to(value, ROUND: tl.constexpr):
         return value
 
 
-@triton.jit
-def _gather_cos_sin(
+@triton.jit  # type: ignore[untyped-decorator]
+def _gather_cos_sin(  # type: ignore[no-untyped-def]
     cos_table, sin_table, max_row, positions, slot_axes, first_row, n_rows, seq_len, pos_sa, pos_sb, pos_st,
     N_FREQ: tl.constexpr, FREQ_PAD: tl.constexpr, BLOCK_T: tl.constexpr, ROUND: tl.constexpr,
 ):  # fmt: skip
@@ -114,8 +116,8 @@ def _gather_cos_sin(
     return cos, sin, batch, token, row_mask
 
 
-@triton.jit
-def _rotate_heads(
+@triton.jit  # type: ignore[untyped-decorator]
+def _rotate_heads(  # type: ignore[no-untyped-def]
     src, dst, src_rows, dst_rows, src_head_stride, dst_head_stride, n_heads, cos, sin, row_mask,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, N_FREQ: tl.constexpr, FREQ_PAD: tl.constexpr,
     INTERLEAVE: tl.constexpr, HEAD_DIM: tl.constexpr, PASS_PAD: tl.constexpr, COPY_PASS: tl.constexpr,
@@ -158,8 +160,8 @@ def _rotate_heads(
             tl.store(dst + dst_base + kept_channels, kept, mask=pass_mask)
 
 
-@triton.jit
-def _rope_kernel(
+@triton.jit  # type: ignore[untyped-decorator]
+def _rope_kernel(  # type: ignore[no-untyped-def]
     q, q_out, k, k_out, cos_table, sin_table, max_row, positions, slot_axes, n_rows, seq_len,
     q_sb, q_st, q_sh, qo_sb, qo_st, qo_sh, k_sb, k_st, k_sh, ko_sb, ko_st, ko_sh, pos_sa, pos_sb, pos_st,
     n_q_heads, n_k_heads,
@@ -182,14 +184,14 @@ def _rope_kernel(
     )  # fmt: skip
 
 
-@triton.jit
-def _job_field(job_row, COLUMN: tl.constexpr, ALIGN: tl.constexpr):
+@triton.jit  # type: ignore[untyped-decorator]
+def _job_field(job_row, COLUMN: tl.constexpr, ALIGN: tl.constexpr):  # type: ignore[no-untyped-def]
     """Column ``COLUMN`` of a job-table row, promised to be a multiple of ``ALIGN`` (vectorised access)."""
     return tl.multiple_of(tl.load(job_row + COLUMN), ALIGN)
 
 
-@triton.jit
-def _rope_batch_kernel(
+@triton.jit  # type: ignore[untyped-decorator]
+def _rope_batch_kernel(  # type: ignore[no-untyped-def]
     base, cos_table, sin_table, max_row, positions, slot_axes, jobs, n_jobs, n_q_heads, n_k_heads,
     N_FREQ: tl.constexpr, FREQ_PAD: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
     INTERLEAVE: tl.constexpr, HEAD_DIM: tl.constexpr, PASS_PAD: tl.constexpr, ROUND: tl.constexpr,

@@ -128,18 +128,22 @@ def _last_frame_offsets(blocks: Blocks) -> np.ndarray:
 
 def _extents(blocks: Blocks) -> np.ndarray:
     """``[G]`` largest position of each block relative to its start (text: length - 1)."""
+    extents: np.ndarray  # numpy types reductions and ufuncs over untyped-dtype arrays as Any
     if blocks.frame_stride is not None:
         strided = (blocks.thw[:, 0] - 1) * blocks.frame_stride + blocks.thw[:, 1:].max(axis=1) - 1
-        return np.maximum(blocks.thw.max(axis=1) - 1, strided)
-    if blocks.time_step is None:
-        return blocks.thw.max(axis=1) - 1
-    last_frame = _last_frame_offsets(blocks)
-    return np.maximum(last_frame, blocks.thw[:, 1:].max(axis=1) - 1)
+        extents = np.maximum(blocks.thw.max(axis=1) - 1, strided)
+    elif blocks.time_step is None:
+        extents = blocks.thw.max(axis=1) - 1
+    else:
+        last_frame = _last_frame_offsets(blocks)
+        extents = np.maximum(last_frame, blocks.thw[:, 1:].max(axis=1) - 1)
+    return extents
 
 
 def _advance_transformers5(blocks: Blocks, extents: np.ndarray) -> np.ndarray:
     # Text (1, 1, n) advances by n; vision by max(h, w): the temporal extent is ignored.
-    return blocks.thw[:, 1:].max(axis=1)
+    advance: np.ndarray = blocks.thw[:, 1:].max(axis=1)
+    return advance
 
 
 def _advance_transformers4(blocks: Blocks, extents: np.ndarray) -> np.ndarray:
@@ -156,7 +160,8 @@ ADVANCE_RULES: dict[bool, Callable[[Blocks, np.ndarray], np.ndarray]] = {
 def _starts(advance: np.ndarray, row: np.ndarray, row_first_block: np.ndarray) -> np.ndarray:
     """``[G]`` start of each block: the exclusive running sum of ``advance``, restarted at every row."""
     global_start = np.cumsum(advance) - advance
-    return global_start - global_start[row_first_block][row]
+    starts: np.ndarray = global_start - global_start[row_first_block][row]
+    return starts
 
 
 def _line_values(blocks: Blocks, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

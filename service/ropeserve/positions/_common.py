@@ -18,19 +18,19 @@ transformers 5 uses 0 for both (``generate()``'s ``cumsum(mask) - 1`` with pads 
 zero-initialised tensor). 0 is always a valid row of a cos/sin table, so a gather never goes out of bounds; the
 padded slot is masked out of attention anyway. Every function that pads takes a ``fill_value`` to override it."""
 
-IntsLike = torch.Tensor | Sequence[int] | Sequence[Sequence[int]]
+IntsLike = torch.Tensor | np.ndarray | Sequence[int] | Sequence[Sequence[int]]
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 """Bounds of every position id (int64): a result beyond them is a 422, never a wrapped number."""
 
 
 def as_long_tensor(
-    value: IntsLike,
+    value: IntsLike | int,
     field: str,
     *,
     ndim: int | None = None,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """Convert ``value`` (tensor or nested int sequence) to an int64 tensor, checking its rank."""
+    """Convert ``value`` (tensor, array, nested int sequence or a bare int) to an int64 tensor, checking its rank."""
     if isinstance(value, torch.Tensor):
         raw = value
     else:

@@ -46,8 +46,13 @@ class MiniCpmMarkers:
 MINICPMV_MARKERS: MiniCpmMarkers | None = None
 """The 4.7 config class has no default marker ids (the checkpoint's tokenizer sets them): pass ``markers``."""
 
+Slices = list[tuple[int, int]]
+"""``(start, end)`` token runs of a frame's slice crops."""
+Frame = tuple[int, int, int, int, Slices]
+"""``(modality, thumb start, thumb end, frame end, slices)``."""
 
-def _groups(tokens: np.ndarray, types: np.ndarray, markers: tuple[int, ...]) -> list[tuple[int, int, list]]:
+
+def _groups(tokens: np.ndarray, types: np.ndarray, markers: tuple[int, ...]) -> list[tuple[int, int, list[Frame]]]:
     """``(group start, group end, frames)``; a frame is ``(modality, thumb start, thumb end, frame end, slices)``.
 
     transformers walks the tokens one by one; here runs, marker tests and frame ends are array operations and only
@@ -60,8 +65,8 @@ def _groups(tokens: np.ndarray, types: np.ndarray, markers: tuple[int, ...]) -> 
     # next_text[i]: first index >= i that is not a marker (length if none): where a frame's closing markers stop
     next_text = np.where(is_marker, length, np.arange(length))
     next_text = np.minimum.accumulate(next_text[::-1])[::-1] if length else next_text
-    groups: list[tuple[int, list]] = []
-    open_slices: list | None = None
+    groups: list[tuple[int, list[tuple[int, int, int, Slices]]]] = []
+    open_slices: Slices | None = None
     previous_end = 0
     for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         modality = int(types[start])
@@ -81,7 +86,7 @@ def _groups(tokens: np.ndarray, types: np.ndarray, markers: tuple[int, ...]) -> 
         previous_end = end
     out = []
     for group_start, frames in groups:
-        laid = []
+        laid: list[Frame] = []
         for modality, thumb_start, thumb_end, slices in frames:
             last = slices[-1][1] if slices else thumb_end
             frame_end = int(next_text[last]) if last < length else last
@@ -148,7 +153,7 @@ def _check_crop(start: int, end: int, size: list[int], merge: int, row: int) -> 
         )
 
 
-def _frame(positions: np.ndarray, frame: tuple, origin: int, sizes: _Sizes, merge: int, row: int) -> int:
+def _frame(positions: np.ndarray, frame: Frame, origin: int, sizes: _Sizes, merge: int, row: int) -> int:
     """Lay one frame out at ``origin``; returns the next position."""
     modality, thumb_start, thumb_end, frame_end, slices = frame
     frame_start = thumb_start - 1
@@ -252,4 +257,5 @@ def _sizes(value: IntsLike | None, name: str) -> list[list[int]]:
     sizes = as_long_array(value, name, ndim=2)
     if sizes.shape[1] != 2 or (sizes.size and (int(sizes.min()) < 1 or int(sizes.max()) > 2**20)):
         raise InvalidInput(f"{name} must be [N, 2] sizes in patches, each in [1, 2**20]", field=name)
-    return sizes.tolist()
+    checked: list[list[int]] = sizes.tolist()
+    return checked

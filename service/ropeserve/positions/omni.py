@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, TypeVar
 
 import numpy as np
 import torch
@@ -265,12 +265,24 @@ def _layout_rows(rows: object, settings: _Settings, limit: int) -> list[np.ndarr
 
 
 # ------------------------------------------------------------------------------------------------ Qwen3-Omni
-def _qwen3_items(segments: object, b: int, settings: _Settings, limit: int) -> list[tuple]:
+_Qwen3Block = (
+    tuple[Literal["audio"], int]
+    | tuple[Literal["image"], int, int, int]
+    | tuple[Literal["video"], int, int, int, float]
+    | tuple[Literal["av"], int, int, int, float, int]
+)
+"""A non-text block of a Qwen3-Omni row (merged sizes): audio length, image ``t, h, w``, video
+``t, h, w, second_per_grid_t``, or a video with its audio ``t, h, w, second_per_grid_t, audio length``."""
+_Qwen3Item = tuple[Literal["text"], int] | _Qwen3Block
+"""One validated segment of a Qwen3-Omni row: a text length or a block."""
+
+
+def _qwen3_items(segments: object, b: int, settings: _Settings, limit: int) -> list[_Qwen3Item]:
     """Validated segments of one row as ``("text", n)``, ``("image", t, h, w)``, ``("video", t, h, w, s)``,
     ``("audio", n)`` or ``("av", t, h, w, s, n)`` (merged sizes); token count checked against ``limit``."""
     if isinstance(segments, str | bytes | Mapping) or not isinstance(segments, Sequence):
         raise InvalidInput(f"rows[{b}] must be a list of segments", field=f"rows[{b}]")
-    items: list[tuple] = []
+    items: list[_Qwen3Item] = []
     tokens = 0
     for i, segment in enumerate(segments):
         field = f"rows[{b}].segments[{i}]"
@@ -278,14 +290,14 @@ def _qwen3_items(segments: object, b: int, settings: _Settings, limit: int) -> l
             raise InvalidInput(f"{field} must be an object with text, image, video and/or audio", field=field)
         keys = set(segment) - {"second_per_grid_t"}
         if keys == {"text"} and len(segment) == 1:
-            item: tuple = ("text", _count(segment["text"], field, 0))
+            item: _Qwen3Item = ("text", _count(segment["text"], field, 0))
             size = item[1]
         elif keys == {"audio"} and len(segment) == 1:
             item = ("audio", _count(segment["audio"], field, 1))
             size = item[1]
         elif keys == {"image"} and len(segment) == 1:
-            item = ("image", *_grid(segment["image"], field, settings.merge, "image"))
-            size = item[1] * item[2] * item[3]
+            t, h, w = _grid(segment["image"], field, settings.merge, "image")
+            item, size = ("image", t, h, w), t * h * w
         elif keys in ({"video"}, {"video", "audio"}):
             grid = _grid(segment["video"], field, settings.merge, "video")
             seconds = require_finite_float(segment.get("second_per_grid_t", 1.0), field, minimum=0.0)
@@ -320,19 +332,18 @@ def _arange_from(count: int, start: Start) -> torch.Tensor:
     return torch.arange(count).view(1, -1).expand(3, -1) + start
 
 
-def _qwen3_block(pieces: list[torch.Tensor], item: tuple, start: Start, pps: int | float) -> None:
+def _qwen3_block(pieces: list[torch.Tensor], item: _Qwen3Block, start: Start, pps: int | float) -> None:
     """Append the pieces of one image / video / audio / audio-in-video block starting at ``start``."""
-    kind = item[0]
-    if kind == "audio":
+    if item[0] == "audio":
         pieces.append(_arange_from(item[1], start))
         return
     t, h, w = item[1:4]
-    if kind == "image":
+    if item[0] == "image":
         pieces.append(_qwen3_vision(start, t, h, w, (torch.arange(t) * 1 * pps).float()))
         return
     times = (torch.arange(t) * torch.tensor(item[4], dtype=torch.float32) * pps).float()
     video = _qwen3_vision(start, t, h, w, times)
-    if kind == "video":
+    if item[0] == "video":
         pieces.append(video)
         return
     audio = _arange_from(item[5], start)
@@ -353,7 +364,7 @@ def _qwen3_block(pieces: list[torch.Tensor], item: tuple, start: Start, pps: int
         pieces.append(last if bool(from_video[stop]) else last.to(audio.dtype))
 
 
-def _qwen3_row(items: list[tuple], settings: _Settings, b: int) -> torch.Tensor:
+def _qwen3_row(items: list[_Qwen3Item], settings: _Settings, b: int) -> torch.Tensor:
     """``[3, n]`` float32 positions of one row, in transformers' order of float operations."""
     pieces: list[torch.Tensor] = []
     pending, eos_in_text = 0, 0
@@ -442,7 +453,7 @@ def omni_positions_from_segments(
     return assemble(laid_out, mask, spec.fill_value if fill_value is None else fill_value)
 
 
-LAYOUTS: dict[str, tuple[Callable[..., list], Callable[..., MRopePositions]]] = {
+LAYOUTS: dict[str, tuple[Callable[..., list[np.ndarray] | list[torch.Tensor]], Callable[..., MRopePositions]]] = {
     "qwen2_5_omni": (_layout_rows, _assemble),
     "qwen3_omni_moe": (_layout_qwen3, _qwen3_assemble),
 }
@@ -460,6 +471,11 @@ def _runs(kinds: np.ndarray) -> list[tuple[int, int, int]]:
     return [(int(kinds[a]), int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if kinds[a]]
 
 
+_T = TypeVar("_T")
+_Segment = dict[str, int | float | list[int]]
+"""A segment as ``mrope_positions_from_segments`` takes it: ``{"text": n}``, ``{"image": grid}``, ..."""
+
+
 @dataclass
 class _Inputs:
     images: list[list[int]]
@@ -469,16 +485,16 @@ class _Inputs:
     used: list[int]  # images, videos, audios consumed so far
 
 
-def _take(items: list, used: list[int], slot: int, name: str, field: str) -> Any:
+def _take(items: list[_T], used: list[int], slot: int, name: str, field: str) -> _T:
     if used[slot] >= len(items):
         raise InvalidInput(f"{field}: more {name} runs than entries in {name}", field=field)
     used[slot] += 1
     return items[used[slot] - 1]
 
 
-def _row_segments(kinds: np.ndarray, inputs: _Inputs, use_audio_in_video: bool, merge: int, row: int) -> list[dict]:
+def _row_segments(kinds: np.ndarray, inputs: _Inputs, use_audio_in_video: bool, merge: int, row: int) -> list[_Segment]:
     """Segments of one row's real tokens, validating run lengths against grids and audio lengths."""
-    segments: list[dict] = []
+    segments: list[_Segment] = []
     position = 0
     runs = _runs(kinds)
     index = 0
@@ -492,7 +508,7 @@ def _row_segments(kinds: np.ndarray, inputs: _Inputs, use_audio_in_video: bool, 
             if end - first != needed:
                 raise InvalidInput(f"{field}: {end - first} tokens but {name} {grid} needs {needed}", field=field)
             segments.append({"text": first - position})
-            segment: dict = {"image" if kind == _IMAGE else "video": grid}
+            segment: _Segment = {"image" if kind == _IMAGE else "video": grid}
             if kind == _VIDEO:
                 segment["second_per_grid_t"] = inputs.seconds[inputs.used[1] - 1]
             segments.append(segment)
@@ -568,7 +584,7 @@ def omni_positions_from_tokens(
     rows = [
         _row_segments(kinds[b][mask[b]], inputs, use_audio_in_video, settings.merge, b) for b in range(ids.shape[0])
     ]
-    entries: tuple[list, ...] = (inputs.images, inputs.videos, inputs.audio_tokens)
+    entries: tuple[Sequence[object], ...] = (inputs.images, inputs.videos, inputs.audio_tokens)
     names = ("image_grid_thw", "video_grid_thw", "audio_seqlens")
     for used, items, name in zip(inputs.used, entries, names, strict=True):
         if used != len(items):

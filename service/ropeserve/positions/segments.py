@@ -78,6 +78,8 @@ class VideoSegment(TypedDict):
 
 
 Segment = TextSegment | ImageSegment | VideoSegment
+SegmentRows = Sequence[Sequence[Segment | Mapping[str, object]]]
+"""``B`` rows of segments: typed :data:`Segment` dicts or decoded JSON objects (every segment is checked)."""
 PaddingSide = Literal["left", "right"]
 
 _OPTIONAL_KEYS: dict[str, frozenset[str]] = {
@@ -120,6 +122,7 @@ def _segment_kind(segment: object, field_name: str) -> str:
     if type(segment) is not dict and not isinstance(segment, Mapping):
         raise InvalidInput(f"{field_name} must be an object, got {type(segment).__name__}", field=field_name)
     if len(segment) == 1:  # fast path: {"text": n}, {"image": [...]}, {"video": [...]}
+        key: str
         (key,) = segment
         if key in _OPTIONAL_KEYS:
             return key
@@ -228,7 +231,7 @@ _SEGMENT_HANDLERS: dict[str, Callable[[_BlockList, Mapping[str, object], _Segmen
 }
 
 
-def _collect_blocks(rows: Sequence[Sequence[Segment]], settings: ModelSettings, token_limit: int) -> _BlockList:
+def _collect_blocks(rows: SegmentRows, settings: ModelSettings, token_limit: int) -> _BlockList:
     if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
         raise InvalidInput("rows must be a list of segment lists", field="rows")
     blocks = _BlockList(token_limit, rows=[[] for _ in rows], row_lengths=[0] * len(rows))
@@ -292,7 +295,7 @@ def _row_mask(row_lengths: list[int], padding_side: PaddingSide, device: torch.d
 
 
 def mrope_positions_from_segments(
-    rows: Sequence[Sequence[Segment]],
+    rows: SegmentRows,
     *,
     family: str | MRopeFamily,
     spatial_merge_size: int | None = None,

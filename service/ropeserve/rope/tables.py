@@ -12,14 +12,13 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Literal
 
 import torch
 
 from ropeserve.config import ROPE_TYPES, RopeParams
+from ropeserve.config.families import Pairing as Pairing  # re-exported: the rope modules import it from here
 from ropeserve.rope.registry import compute_inv_freq
 
-Pairing = Literal["neox", "gptj"]
 PAIRINGS: tuple[Pairing, ...] = ("neox", "gptj")
 TABLE_ROW_CAP = 1 << 18
 TABLE_BYTE_CAP = 64 * 2**20

@@ -177,14 +177,20 @@ def decode_safetensors(
     bounds the elements of all tensors together. ``bytes`` (and read-only views) are copied once into a writable
     buffer.
     """
-    writable = isinstance(body, bytearray) or (isinstance(body, memoryview) and not body.readonly)
-    buffer = body if writable else bytearray(body)
+    buffer = _writable(body)
     header, data_start = _read_header(buffer, header_cap)
     metadata = _metadata(header.pop("__metadata__", {}))
     entries = _entries(header, max_elements, allowed_dtypes, len(buffer) - data_start)
     _check_names(entries, set(required), None if optional is None else set(required) | set(optional))
     tensors = {entry.name: _view(buffer, data_start, entry) for entry in entries}
     return SafetensorsPayload(tensors, metadata)
+
+
+def _writable(body: bytes | bytearray | memoryview) -> bytearray | memoryview:
+    """``body`` itself when it is writable, else a writable copy of it."""
+    if isinstance(body, bytearray) or (isinstance(body, memoryview) and not body.readonly):
+        return body
+    return bytearray(body)
 
 
 def _read_header(buffer: bytearray | memoryview, header_cap: int) -> tuple[dict[str, Any], int]:
@@ -347,4 +353,4 @@ def _raw_bytes(tensor: torch.Tensor) -> memoryview:
     flat = tensor.detach().cpu().contiguous().reshape(-1)
     if flat.numel() and flat.stride(0) != 1:  # size-1 dims keep any stride (even 0) and still count as contiguous
         flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
-    return memoryview(flat.view(torch.uint8).numpy()).cast("B")
+    return flat.view(torch.uint8).numpy().data.cast("B")

@@ -33,7 +33,7 @@ class DeviceStaging:
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None  # type: ignore[no-untyped-call]
 
     def to_device(self, x: torch.Tensor, dtype: torch.dtype | None) -> tuple[torch.Tensor, Ready]:
         """``x`` on the device in ``dtype`` (its own when None), and the event its copy completes at.
@@ -57,7 +57,7 @@ class DeviceStaging:
                     pinned[chunk].copy_(source[chunk])
                 staged[chunk].copy_(pinned[chunk], non_blocking=True)
             on_device = staged.view(x.shape).to(dtype)
-            ready = torch.cuda.Event()
+            ready = torch.cuda.Event()  # type: ignore[no-untyped-call]
             ready.record(self.stream)
         on_device.record_stream(compute)
         return on_device, ready
@@ -84,7 +84,7 @@ class DeviceStaging:
                 x.record_stream(self.stream)
                 host = torch.empty(x.shape, dtype=x.dtype, pin_memory=True)
                 hosted.append(host.copy_(x, non_blocking=True))
-            done = torch.cuda.Event()
+            done = torch.cuda.Event()  # type: ignore[no-untyped-call]
             done.record(self.stream)
         done.synchronize()
         return hosted
