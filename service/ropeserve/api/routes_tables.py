@@ -1,6 +1,7 @@
 """``POST /v1/rope/apply-table`` (rotate with the caller's cos/sin table and compare it with ropeserve's) and
 ``POST /v1/vision/apply`` (the vision tower's rotation of q/k). Both take one safetensors file, like
-``/v1/rope/apply``; they run the native rotation in the request's thread (no batching)."""
+``/v1/rope/apply``; the body is read on the event loop, the rotation and comparison run in the threadpool (no
+batching), so a large request never stalls probes."""
 
 from __future__ import annotations
 
@@ -11,18 +12,19 @@ import torch
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import Field
+from starlette.concurrency import run_in_threadpool
 
 from ropeserve.api.negotiation import SafetensorsResponse, read_safetensors_request
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.routes_positions import VisionRopeRequest
-from ropeserve.api.runtime import RuntimeDep
+from ropeserve.api.runtime import Runtime, RuntimeDep
 from ropeserve.api.schemas import PairingName, RopeSource
 from ropeserve.errors import InvalidInput, check_limit
 from ropeserve.positions import vision_position_ids
 from ropeserve.rope import vision_cos_sin
 from ropeserve.rope.caller_tables import caller_table, compare_table, rotate_with_table, vision_rotate
 from ropeserve.serving import METADATA_KEY
-from ropeserve.serving.codec import encode_safetensors
+from ropeserve.serving.codec import SafetensorsPayload, encode_safetensors
 
 router = APIRouter(tags=["rotation"])
 FLOAT_DTYPES = {"float32", "bfloat16", "float16"}
@@ -70,6 +72,10 @@ async def apply_table(request: Request, runtime: RuntimeDep) -> Response:
         required=("q", "positions"),
         optional=("k", "cos_sin_cache", "cos", "sin"),
     )
+    return await run_in_threadpool(_apply_table, payload, runtime)
+
+
+def _apply_table(payload: SafetensorsPayload, runtime: Runtime) -> Response:
     options = payload.params(TableRotationParams)
     params, default_pairing = options.resolve()
     pairing = options.pairing or default_pairing
@@ -106,6 +112,10 @@ async def apply_table(request: Request, runtime: RuntimeDep) -> Response:
 )
 async def vision_apply(request: Request, runtime: RuntimeDep) -> Response:
     payload = await read_safetensors_request(request, runtime.settings, required=("q",), optional=("k",))
+    return await run_in_threadpool(_vision_apply, payload, runtime)
+
+
+def _vision_apply(payload: SafetensorsPayload, runtime: Runtime) -> Response:
     options = payload.params(VisionRopeRequest)
     merge, head_dim = options.resolve()
     _float_tensors(payload.tensors, ("q", "k"))
