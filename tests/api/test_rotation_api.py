@@ -141,8 +141,9 @@ def test_wrong_content_type_is_415(client: TestClient) -> None:
     problem(response, 415, "unsupported-media-type")
 
 
-def test_json_body_is_the_shared_memory_form(client: TestClient) -> None:
-    response = client.post("/v1/rope/apply", content=b"{}", headers={"content-type": "application/json"})
+@pytest.mark.parametrize("content_type", ["application/json", "Application/JSON; charset=utf-8"])
+def test_json_body_is_the_shared_memory_form(client: TestClient, content_type: str) -> None:
+    response = client.post("/v1/rope/apply", content=b"{}", headers={"content-type": content_type})
     assert problem(response, 422, "invalid-input")["field"] == "params"
 
 
