@@ -14,7 +14,7 @@ import json
 import mmap
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, get_args
 
@@ -325,17 +325,25 @@ def assert_not_5xx(response: Any, what: str) -> None:
         assert response.headers["content-type"].startswith("application/problem+json"), what
 
 
-@pytest.mark.parametrize("case", sorted(JSON_CASES))
-def test_every_number_of_a_json_request_survives_hostile_values(client: TestClient, case: str) -> None:
-    path, body = JSON_CASES[case]
-    baseline = client.post(path, json=body)
-    assert baseline.status_code == 200, baseline.text  # the fuzzed values reach real code
+def post_with_each_hostile_number(
+    client: TestClient, path: str, body: dict[str, Any], after_each: Callable[[], object] = lambda: None
+) -> None:
+    """Post ``body`` once per numeric leaf and hostile literal; no answer may be a 5xx."""
     for leaf in numeric_leaves(body):
         for name, literal in HOSTILE.items():
             response = client.post(
                 path, content=with_literal(body, leaf, literal), headers={"content-type": "application/json"}
             )
             assert_not_5xx(response, f"{path} {'/'.join(map(str, leaf))} = {name}")
+            after_each()
+
+
+@pytest.mark.parametrize("case", sorted(JSON_CASES))
+def test_every_number_of_a_json_request_survives_hostile_values(client: TestClient, case: str) -> None:
+    path, body = JSON_CASES[case]
+    baseline = client.post(path, json=body)
+    assert baseline.status_code == 200, baseline.text  # the fuzzed values reach real code
+    post_with_each_hostile_number(client, path, body)
 
 
 @pytest.mark.parametrize("case", sorted(TENSOR_CASES))
@@ -356,25 +364,12 @@ def test_every_number_of_a_shared_memory_request_survives_hostile_values(client:
     try:
         baseline = client.post("/v1/rope/apply", json=SHM_ROTATION)
         assert baseline.status_code == 200, baseline.text
-        for leaf in numeric_leaves(SHM_ROTATION):
-            for name, literal in HOSTILE.items():
-                response = client.post(
-                    "/v1/rope/apply",
-                    content=with_literal(SHM_ROTATION, leaf, literal),
-                    headers={"content-type": "application/json"},
-                )
-                assert_not_5xx(response, f"shm rotation {'/'.join(map(str, leaf))} = {name}")
+        post_with_each_hostile_number(client, "/v1/rope/apply", SHM_ROTATION)
     finally:
         client.delete("/v1/shm/regions/fuzz")
-    for leaf in numeric_leaves(region):
-        for name, literal in HOSTILE.items():
-            response = client.post(
-                "/v1/shm/regions",
-                content=with_literal(region, leaf, literal),
-                headers={"content-type": "application/json"},
-            )
-            assert_not_5xx(response, f"shm region {'/'.join(map(str, leaf))} = {name}")
-            client.delete("/v1/shm/regions/fuzz")
+    post_with_each_hostile_number(
+        client, "/v1/shm/regions", region, after_each=lambda: client.delete("/v1/shm/regions/fuzz")
+    )
 
 
 def request_models() -> set[type[BaseModel]]:
