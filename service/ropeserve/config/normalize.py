@@ -27,8 +27,7 @@ from ropeserve.config.jsonsafe import INT64_MAX, check_json_numbers
 from ropeserve.config.params import FIELD_NAMES, RopeParams
 from ropeserve.config.rope_types import ALIASES, ROPE_TYPES, RopeType, lookup
 from ropeserve.config.schema import COMMON_KEYS, KNOWN_KEYS, MROPE_KEYS, allowed_keys
-from ropeserve.config.validate import MAX_HEAD_DIM as MAX_HEAD_DIM
-from ropeserve.config.validate import validate_params
+from ropeserve.config.validate import MAX_HEAD_DIM, validate_params
 from ropeserve.errors import InvalidInput
 
 LAYER_TYPE_LABELS = frozenset({"full_attention", "sliding_attention", "chunked_attention", "linear_attention"})
