@@ -25,7 +25,7 @@ from ropeserve.api.schemas import (
     require_exactly_one,
 )
 from ropeserve.config import preset_config
-from ropeserve.config.normalize import MAX_HEAD_DIM
+from ropeserve.config.validate import MAX_HEAD_DIM
 from ropeserve.errors import InvalidInput, check_limit
 from ropeserve.positions import (
     DEFAULT_COMPAT,

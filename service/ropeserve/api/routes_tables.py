@@ -83,7 +83,7 @@ def _apply_table(payload: SafetensorsPayload, runtime: Runtime) -> Response:
     _float_tensors(tensors, ("q", "k", "cos_sin_cache", "cos", "sin"))
     cos, sin = caller_table(tensors, params.rotary_dim, pairing)
     check_limit(2 * cos.numel(), runtime.settings.max_table_elements, "table elements (cos+sin)", "cos_sin_cache")
-    difference = compare_table(params, cos, sin, atol=options.atol)
+    difference = compare_table(params, cos, sin, atol=options.atol, cache=runtime.tables)
     q, k = rotate_with_table(
         tensors["q"],
         tensors.get("k"),

@@ -1,8 +1,10 @@
 """Model-family facts that a ``config.json`` leaves implicit (torch-free).
 
-Each entry mirrors what the transformers 5.24 config class of that ``model_type`` supplies when the hub
-file omits a key: the default ``rope_theta``, class defaults such as Gemma-3's sparse text config,
-how M-RoPE frequencies are laid out, and which key holds the rotary head size.
+Each ``FAMILIES`` entry mirrors what the transformers 5.24 config class of that ``model_type`` supplies when the
+hub file omits a key: the default ``rope_theta``, class defaults such as Gemma-3's sparse text config, how M-RoPE
+frequencies are laid out, which key holds the rotary head size, the channel pairing (NeoX or GPT-J), the class's
+``attribute_map`` and the legacy longrope aliases. ``MROPE_POSITIONS`` and ``POSITION_ALIASES`` are the data of
+``/v1/mrope/positions`` (token ids, temporal rule, merge size per family), read by ``ropeserve.positions.families``.
 """
 
 from __future__ import annotations

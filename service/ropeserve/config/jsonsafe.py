@@ -31,6 +31,9 @@ MAX_INT_DIGITS = 1000
 """Most digits of one JSON integer literal, checked before conversion (10**309 is already past the float range,
 which `check_json_numbers` reports with its pointer; Python refuses 4,300 digits with a plain ValueError)."""
 FLOAT_MAX = sys.float_info.max
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""Bounds of every position id and length (int64 in every engine): a result beyond them is a 422 (positions) or
+saturates (the linter's lengths), never a wrapped number."""
 _TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[{]+|[\]}]+')
 """A string (skipped), a run of openers or a run of closers; the unrolled string pattern and the runs keep the
 scan at about 30 us for a 1.5 kB header with an embedded config and 0.3 ms for 100,000 nested brackets."""

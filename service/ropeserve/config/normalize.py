@@ -23,12 +23,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ropeserve.config.families import ModelFamily, Pairing, family_of
-from ropeserve.config.jsonsafe import check_json_numbers
+from ropeserve.config.jsonsafe import INT64_MAX, check_json_numbers
 from ropeserve.config.params import FIELD_NAMES, RopeParams
 from ropeserve.config.rope_types import ALIASES, ROPE_TYPES, RopeType, lookup
 from ropeserve.config.schema import COMMON_KEYS, KNOWN_KEYS, MROPE_KEYS, allowed_keys
-from ropeserve.config.validate import MAX_HEAD_DIM as MAX_HEAD_DIM
-from ropeserve.config.validate import validate_params
+from ropeserve.config.validate import MAX_HEAD_DIM, validate_params
 from ropeserve.errors import InvalidInput
 
 LAYER_TYPE_LABELS = frozenset({"full_attention", "sliding_attention", "chunked_attention", "linear_attention"})
@@ -212,8 +211,8 @@ def _rotary_dim_factor(text: Mapping[str, Any]) -> float | None:
 
 
 def _positive_int(value: Any) -> int | None:
-    """``value`` when it is an int in 1..2**63-1 (bools excluded), else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63 else None
+    """``value`` when it is an int in 1..INT64_MAX (bools excluded), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= INT64_MAX else None
 
 
 def text_section(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:

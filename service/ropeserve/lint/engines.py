@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ropeserve.config import RopeParams
+from ropeserve.config.jsonsafe import INT64_MAX
 from ropeserve.config.rope_types import effective_factor, finite_positive, lookup, lookup_for_engines, yarn
 from ropeserve.config.rope_types.base import LengthRule
 from ropeserve.lint.intent import ENGINES, EngineTarget
@@ -175,7 +176,7 @@ VLLM_LENGTH_KEYS = (
 SGLANG_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
 TGI_LENGTH_KEYS = ("max_position_embeddings", "max_seq_len", "n_positions")
 ENGINE_DEFAULT_LENGTH = 2048
-LENGTH_CEILING = 2**63
+LENGTH_CEILING = INT64_MAX + 1
 """Scaled lengths saturate here, so absurd factors cannot overflow the arithmetic."""
 
 

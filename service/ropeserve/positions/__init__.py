@@ -18,7 +18,8 @@ Endpoint map (one function per endpoint): ``positions_from_attention_mask`` (bat
 ``vision_position_ids`` (ViT 2-D ids).
 """
 
-from ropeserve.positions._common import INT64_MAX, INT64_MIN, PAD_POSITION
+from ropeserve.config.jsonsafe import INT64_MAX, INT64_MIN
+from ropeserve.positions._common import PAD_POSITION
 from ropeserve.positions.families import (
     DEFAULT_COMPAT,
     FRAME_BLOCKS,

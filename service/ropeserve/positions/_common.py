@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ropeserve.config.jsonsafe import FLOAT_MAX
+from ropeserve.config.jsonsafe import FLOAT_MAX, INT64_MAX
 from ropeserve.errors import InvalidInput, check_limit
 
 PAD_POSITION = 0
@@ -19,8 +19,6 @@ zero-initialised tensor). 0 is always a valid row of a cos/sin table, so a gathe
 padded slot is masked out of attention anyway. Every function that pads takes a ``fill_value`` to override it."""
 
 IntsLike = torch.Tensor | np.ndarray | Sequence[int] | Sequence[Sequence[int]]
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-"""Bounds of every position id (int64): a result beyond them is a 422, never a wrapped number."""
 
 
 def as_long_tensor(

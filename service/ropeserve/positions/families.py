@@ -1,8 +1,9 @@
 """M-RoPE model families (temporal rule and defaults) and the text-after-vision compatibility choice.
 
-The four families share one ``get_rope_index`` skeleton in transformers 5.24; they differ only in how a video's
-temporal axis is laid out, which :class:`TemporalRule` captures as data, so the position code never branches on a
-family name.
+Every family shares one ``get_rope_index`` skeleton in transformers 5.24; they differ only in how a video's
+temporal axis is laid out, which one of the four :class:`TemporalRule` values captures as data, so the position code
+never branches on a family name. The per-family data (token ids, temporal rule name, merge size, aliases) lives in
+``ropeserve.config.families``; this module turns it into :class:`MRopeFamily` entries.
 """
 
 from __future__ import annotations

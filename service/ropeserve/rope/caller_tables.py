@@ -17,7 +17,7 @@ import torch
 from ropeserve.config import RopeParams
 from ropeserve.errors import InvalidInput
 from ropeserve.rope.apply import Layout, apply_rotary, rotate_neox
-from ropeserve.rope.tables import Pairing, expand_pairing, rope_cos_sin
+from ropeserve.rope.tables import Pairing, RopeTable, TableCache, effective_length, expand_pairing
 
 __all__ = [
     "TableDifference",
@@ -92,18 +92,31 @@ class TableDifference:
         }
 
 
-def compare_table(params: RopeParams, cos: torch.Tensor, sin: torch.Tensor, *, atol: float = 0.0) -> TableDifference:
+def compare_table(
+    params: RopeParams,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    *,
+    atol: float = 0.0,
+    cache: TableCache | None = None,
+) -> TableDifference:
     """Compare ``[N, rotary_dim/2]`` caller rows (row ``p`` = position ``p``) with ropeserve's.
 
     Length-dependent types (dynamic NTK, LongRoPE) are compared at the table's own length ``N`` (as an engine
-    builds its cache once for its serving length).
+    builds its cache once for its serving length). ropeserve's half rows come from ``cache`` (the service's
+    table cache, so repeated requests do not recompute them) or, without one, straight from the formula: the
+    same float32 products either way.
     """
     rows = cos.shape[0]
     if rows == 0:
         return TableDifference(0, 0.0, False, None, atol)
-    own = rope_cos_sin(params, torch.arange(rows), cache=None)
+    seq_len, device, positions = effective_length(params, rows - 1), torch.device("cpu"), torch.arange(rows)
+    if cache is None:
+        own_half = RopeTable.build(params, seq_len, device).compute_half(positions)
+    else:
+        own_half = cache.get(params, seq_len, device).gather_half(positions)
     half = cos.shape[1]
-    own_cos, own_sin = own.cos[:, :half], own.sin[:, :half]  # neox layout: the first half is the half table
+    own_cos, own_sin = (own[:, :half] for own in own_half)  # [N, half] each
     difference = torch.maximum((cos.float() - own_cos).abs(), (sin.float() - own_sin).abs())
     finite = torch.isfinite(difference)
     per_row = torch.where(finite, difference, torch.zeros_like(difference)).amax(dim=1)

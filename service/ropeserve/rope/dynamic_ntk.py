@@ -1,10 +1,11 @@
 """Dynamic NTK scaling as transformers or as vLLM does it (``dynamic_ntk`` choice of the cos/sin endpoints).
 
 transformers (``dynamic_rope_update``) rescales θ from the length seen so far: ``θ' = θ·(f·L/M − (f − 1))^(d/(d−2))``
-with ``L = max(position) + 1`` once it exceeds ``M = max_position_embeddings`` (identity below; see
-:func:`ropeserve.rope.registry._dynamic`). vLLM (``DynamicNTKScalingRotaryEmbedding._compute_cos_sin_cache``)
-scales once, at start-up, to its serving length ``L = M·f``: ``θ' = θ·(f·(M·f)/M − (f − 1))^(d/(d−2))`` in Python
-float64, the same for every position (short prompts included), and its table has ``ceil(M·f)`` rows.
+with ``L = max(position) + 1`` once it exceeds ``M = max_position_embeddings`` (identity below; both rules evaluate
+:func:`ropeserve.config.rope_types.dynamic.scaled_theta`). vLLM
+(``DynamicNTKScalingRotaryEmbedding._compute_cos_sin_cache``) scales once, at start-up, to its serving length
+``L = M·f``: ``θ' = θ·(f·(M·f)/M − (f − 1))^(d/(d−2))`` in Python float64, the same for every position (short
+prompts included), and its table has ``ceil(M·f)`` rows.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import replace
 from enum import StrEnum
 
 from ropeserve.config import RopeParams
+from ropeserve.config.rope_types.dynamic import scaled_theta
 from ropeserve.errors import InvalidInput
 from ropeserve.rope.tables import MAX_POSITION
 
@@ -38,9 +40,7 @@ def vllm_static_theta(params: RopeParams) -> float:
     factor, max_pos, dim = params.factor, params.max_position_embeddings, params.rotary_dim
     assert factor is not None and max_pos is not None
     try:
-        theta = params.rope_theta * ((factor * vllm_serving_length(params) / max_pos) - (factor - 1)) ** (
-            dim / (dim - 2)
-        )
+        theta = scaled_theta(params.rope_theta, factor, vllm_serving_length(params), max_pos, dim)
     except (OverflowError, ZeroDivisionError) as exc:
         raise InvalidInput(f"vLLM's dynamic NTK base overflows: {exc}", field="dynamic_ntk") from None
     if isinstance(theta, complex) or not math.isfinite(theta) or theta <= 0:

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 
-def scaled_theta(theta: float, factor: float, length: int | Tensor, limit: int, dim: int) -> float | Tensor:
-    """The NTK base at length ``length`` (a Python int: float64; an int64 tensor: float32 arithmetic)."""
+def scaled_theta(theta: float, factor: float, length: float | Tensor, limit: int, dim: int) -> float | Tensor:
+    """The NTK base at length ``length`` (a Python number: float64; an int64 tensor: float32 arithmetic)."""
     return theta * ((factor * length / limit) - (factor - 1)) ** (dim / (dim - 2))
 
 

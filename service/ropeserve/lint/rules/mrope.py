@@ -6,6 +6,7 @@ import math
 from collections.abc import Iterator
 
 from ropeserve.config import RopeParams
+from ropeserve.config.jsonsafe import INT64_MAX
 from ropeserve.config.rope_types import finite_positive
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
@@ -123,7 +124,7 @@ def mrope_gptj_on_vllm(ctx: LintContext) -> Iterator[Hit]:
         )
 
 
-VIDEO_EXTENT_CEILING = float(2**63)
+VIDEO_EXTENT_CEILING = float(INT64_MAX)
 """Positions are int64 in every engine: a larger projected extent (video_fps 1e308) counts as this one."""
 
 
