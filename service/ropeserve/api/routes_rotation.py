@@ -15,7 +15,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
 from pydantic import Field
 
-from ropeserve.api.negotiation import SafetensorsResponse, read_safetensors_request
+from ropeserve.api.negotiation import SafetensorsResponse, media_type_of, read_safetensors_request
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.runtime import Runtime, RuntimeDep
 from ropeserve.api.schemas import DTYPES, DtypeName, Int64, PairingName, RopeSource
@@ -72,7 +72,9 @@ def request_body(mrope: bool) -> dict[str, object]:
         "description": f"A safetensors file with `q`, optional `k` (same layout and tokens, any head count) and "
         f"{POSITIONS_DOC[mrope]}; float32/bfloat16/float16 q and k. Parameters as a JSON string under "
         f"__metadata__['{METADATA_KEY}']: one of config/preset/rope, plus layout, pairing, rotary_dim, dtype, "
-        f"layer_type, e.g. {json.dumps(EXAMPLE_PARAMS)}.",
+        f"layer_type, e.g. {json.dumps(EXAMPLE_PARAMS)}. A client on the server's host may instead send "
+        "application/json naming its tensors in registered shared-memory regions (/v1/shm/regions; "
+        "docs/operations.md, 'Shared-memory transport'): that form is not described by this schema.",
         "content": {"application/x-safetensors": {"schema": {"type": "string", "format": "binary"}}},
     }
 
@@ -97,7 +99,7 @@ def rotation_service(runtime: Runtime) -> RotationService:
 async def apply_rotation(request: Request, runtime: Runtime, *, mrope: bool) -> Response:
     """Read (into a pooled buffer when large), rotate, answer; the buffer goes back only after a full send.
     A JSON body names tensors in shared-memory regions instead (``routes_shm``)."""
-    if request.headers.get("content-type", "").startswith("application/json") and "shm" in runtime.extensions:
+    if media_type_of(request.headers.get("content-type")) == "application/json" and "shm" in runtime.extensions:
         from ropeserve.api.routes_shm import rotate_shm  # it imports this module
 
         return await rotate_shm(request, runtime, mrope=mrope)
