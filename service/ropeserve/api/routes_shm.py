@@ -17,6 +17,7 @@ from fastapi.responses import Response
 from pydantic import Field, ValidationError
 
 from ropeserve.api.fast_json import FastJSONResponse
+from ropeserve.api.inline import run_sized
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.routes_rotation import CLIENT_CLOSED_REQUEST, RotationParams, rotation_service
 from ropeserve.api.runtime import Runtime, RuntimeDep
@@ -107,13 +108,17 @@ def parse_request(raw: bytes) -> ShmRotationRequest:
         raise RequestValidationError(error.errors()) from None
 
 
+Copies = list[tuple[torch.Tensor, torch.Tensor]]
+"""``(target, source)`` pairs: ``target.copy_(source)`` (host work sized by the tensors: see ``copy_all``)."""
+
+
 def resolve(
     registry: RegionRegistry, owner: str, body: ShmRotationRequest, limit: int, answer_dtype: str | None
-) -> dict[str, torch.Tensor]:
+) -> tuple[dict[str, torch.Tensor], Copies]:
     """Input and output tensors as views on their regions, every bound, overlap, dtype and mode checked before
-    anything is written. The rotation's ``q``/``k`` are the output views (holding a copy of the inputs, cast to the
-    answer's dtype, unless in place); ``positions`` is a private copy, as its values are validated before the
-    kernel indexes with them."""
+    anything is written; nothing is copied here. The rotation's ``q``/``k`` are the output views, which the
+    returned copies fill with the inputs (cast to the answer's dtype) unless in place; ``positions`` is filled as a
+    private tensor, as its values are validated before the kernel indexes with them."""
     inputs = {name: model.ref() for name in ("q", "k", "positions") if (model := getattr(body, name)) is not None}
     outputs = {name: getattr(body.outputs, name) for name in ROTATED if name in inputs}
     outputs = {name: (model.ref() if model is not None else inputs[name]) for name, model in outputs.items()}
@@ -123,14 +128,26 @@ def resolve(
     named = {**inputs, **{f"outputs.{name}": ref for name, ref in outputs.items()}}
     check_disjoint(named, {frozenset((name, f"outputs.{name}")) for name in outputs})
     regions = {ref.region: registry.get(owner, ref.region) for ref in named.values()}
-    tensors = {"positions": regions[inputs["positions"].region].view(inputs["positions"], "positions", False).clone()}
+    positions = regions[inputs["positions"].region].view(inputs["positions"], "positions", False)
+    tensors = {"positions": torch.empty_like(positions)}
+    copies = [(tensors["positions"], positions)]
     for name, out_ref in outputs.items():
         source = regions[inputs[name].region].view(inputs[name], name, False)
         target = regions[out_ref.region].view(out_ref, f"outputs.{name}", True)
         if out_ref != inputs[name]:
-            target.copy_(source)
+            copies.append((target, source))
         tensors[name] = target
-    return tensors
+    return tensors, copies
+
+
+def copy_all(copies: Copies) -> None:
+    """Run the copies (in the threadpool when large: ``rotate_shm``)."""
+    for target, source in copies:
+        target.copy_(source)
+
+
+def _elements(copies: Copies) -> int:
+    return sum(source.numel() for _, source in copies)
 
 
 def _check_output(name: str, given: TensorRef, output: TensorRef, answer_dtype: str) -> None:
@@ -148,19 +165,23 @@ async def rotate_shm(request: Request, runtime: Runtime, *, mrope: bool) -> Resp
     body = parse_request(await request.body())
     options = body.params.options(mrope)
     registry, owner = registry_of(runtime), owner_of(request)
-    tensors = resolve(registry, owner, body, runtime.settings.max_tensor_elements, body.params.dtype)
+    tensors, copies = resolve(registry, owner, body, runtime.settings.max_tensor_elements, body.params.dtype)
+    await run_sized(_elements(copies), lambda: copy_all(copies))
     try:
         result = await rotation_service(runtime).rotate(
             SafetensorsPayload(tensors, {}), options, is_disconnected=request.is_disconnected
         )
     except ClientDisconnected:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
-    for name, value in result.tensors.items():
-        target = tensors[name]
-        if (value.data_ptr(), value.stride()) != (target.data_ptr(), target.stride()):
-            target.copy_(value)
+    answers = [(tensors[name], value) for name, value in result.tensors.items()]
+    answers = [(target, value) for target, value in answers if not _same_memory(target, value)]
+    await run_sized(_elements(answers), lambda: copy_all(answers))
     outputs = {name: (getattr(body.outputs, name) or getattr(body, name)).ref().describe() for name in result.tensors}
     return FastJSONResponse({"outputs": outputs, "metadata": result.metadata}, headers=result.headers)
+
+
+def _same_memory(target: torch.Tensor, value: torch.Tensor) -> bool:
+    return (value.data_ptr(), value.stride()) == (target.data_ptr(), target.stride())
 
 
 def install(app: FastAPI) -> None:
