@@ -7,6 +7,7 @@ in it) survives, which it would not if the server touched the missing pages (SIG
 
 from __future__ import annotations
 
+import asyncio
 import json
 import mmap
 import os
@@ -345,3 +346,43 @@ def test_concurrent_rotations_on_different_regions_get_their_own_answers(
                 )
                 assert torch.equal(obj.tensor(0, tuple(q.shape), torch.bfloat16), load(answer.content)["q"]), index
     assert max(batch["size"] for batch in batches) > 1  # the requests really were rotated together
+
+
+def test_large_copies_run_off_the_event_loop(
+    client: TestClient, shm_object: Callable[[int], ShmObject], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Copying q into its output region and the answer back are host work sized by the tensors: beyond the inline
+    bound they run in the threadpool (no running event loop there), and the answer is still the body path's."""
+    from ropeserve.api import routes_shm
+
+    tokens = 512  # 2 heads x 512 x 16 = 16384 elements, beyond the inline bound
+    source, target = shm_object(1 << 16), shm_object(1 << 16)
+    register(client, "r", source)
+    register(client, "out", target)
+    q = torch.randn(1, HEADS, tokens, 16).to(torch.bfloat16)
+    positions = torch.arange(tokens)
+    source.tensor(0, tuple(q.shape), torch.bfloat16).copy_(q)
+    source.tensor(q.numel() * 2, (tokens,), torch.int64).copy_(positions)
+    refs: dict[str, object] = {
+        "q": ref("r", 0, tuple(q.shape), "bfloat16"),
+        "positions": ref("r", q.numel() * 2, (tokens,), "int64"),
+        "outputs": {"q": ref("out", 0, tuple(q.shape), "bfloat16")},
+    }
+    loops: list[bool] = []
+    real_copy_all = routes_shm.copy_all
+
+    def recording(copies: routes_shm.Copies) -> None:
+        if not copies:
+            return
+        try:
+            asyncio.get_running_loop()
+            loops.append(True)
+        except RuntimeError:
+            loops.append(False)
+        real_copy_all(copies)
+
+    monkeypatch.setattr(routes_shm, "copy_all", recording)
+    answer = rotate(client, refs)
+    assert answer.status_code == 200, answer.text
+    assert loops and not any(loops)
+    assert torch.equal(target.tensor(0, tuple(q.shape), torch.bfloat16), by_body(client, q, positions))

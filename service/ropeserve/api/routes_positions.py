@@ -251,6 +251,14 @@ class MRopePositionsRequest(MRopeModel):
         return sum(len(row) for row in matrix)
 
 
+def _required_input_ids(body: MRopePositionsRequest, limit: int, missing: str) -> list[list[int]]:
+    """``input_ids`` (a 422 saying ``missing`` when absent), its tokens within ``limit``."""
+    if body.input_ids is None:
+        raise InvalidInput(missing, field="input_ids")
+    check_limit(body.tokens(), limit, "tokens", "input_ids")
+    return body.input_ids
+
+
 def _omni_prefill(body: MRopePositionsRequest, family: str, merge: int | None, limit: int) -> Any:
     """Qwen2.5-Omni: segment rows or ``input_ids`` + grids + ``audio_seqlens`` (no ``mm_token_type_ids``)."""
     options: dict[str, Any] = {
@@ -262,11 +270,11 @@ def _omni_prefill(body: MRopePositionsRequest, family: str, merge: int | None, l
     }
     if body.rows is not None:
         return omni_positions_from_segments(body.rows, padding_side=body.padding_side, max_tokens=limit, **options)
-    if body.input_ids is None:
-        raise InvalidInput("Omni models take input_ids (their token ids say which tokens are audio)", field="input_ids")
-    check_limit(body.tokens(), limit, "tokens", "input_ids")
+    input_ids = _required_input_ids(
+        body, limit, "Omni models take input_ids (their token ids say which tokens are audio)"
+    )
     return omni_positions_from_tokens(
-        input_ids=body.input_ids,
+        input_ids=input_ids,
         image_grid_thw=body.image_grid_thw,
         video_grid_thw=body.video_grid_thw,
         second_per_grid_ts=body.second_per_grid_ts,
@@ -283,11 +291,9 @@ def _glm_image_prefill(body: MRopePositionsRequest, family: str, merge: int | No
     """GLM-Image: segment rows, or ``input_ids`` with its image start/end markers + grids + ``images_per_sample``."""
     if body.rows is not None:
         return glm_image_positions_from_segments(body.rows, padding_side=body.padding_side, max_tokens=limit)
-    if body.input_ids is None:
-        raise InvalidInput("GLM-Image takes rows or input_ids (with its image start/end markers)", field="input_ids")
-    check_limit(body.tokens(), limit, "tokens", "input_ids")
+    input_ids = _required_input_ids(body, limit, "GLM-Image takes rows or input_ids (with its image start/end markers)")
     return glm_image_positions(
-        input_ids=body.input_ids,
+        input_ids=input_ids,
         image_grid_thw=body.image_grid_thw,
         images_per_sample=body.images_per_sample,
         attention_mask=body.attention_mask,

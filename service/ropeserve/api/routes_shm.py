@@ -21,7 +21,7 @@ from ropeserve.api.inline import run_sized
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.routes_rotation import CLIENT_CLOSED_REQUEST, RotationParams, rotation_service
 from ropeserve.api.runtime import Runtime, RuntimeDep
-from ropeserve.api.schemas import StrictModel
+from ropeserve.api.schemas import DTYPES, StrictModel
 from ropeserve.errors import InvalidInput, NotFound, check_limit
 from ropeserve.serving import ClientDisconnected, SafetensorsPayload
 from ropeserve.serving.shm import MAX_REGION_BYTES, RegionRegistry, TensorRef, check_disjoint
@@ -30,7 +30,6 @@ router = APIRouter(tags=["shared memory"])
 ANONYMOUS = "anonymous"
 """The owner of every region when auth is off."""
 ROTATED = ("q", "k")
-FLOAT_DTYPES = ("float32", "bfloat16", "float16")
 ERRORS = problem_responses(404, 409, 422)
 
 
@@ -151,8 +150,8 @@ def _elements(copies: Copies) -> int:
 
 
 def _check_output(name: str, given: TensorRef, output: TensorRef, answer_dtype: str) -> None:
-    if given.dtype not in FLOAT_DTYPES:
-        raise InvalidInput(f"{name} must be one of {', '.join(FLOAT_DTYPES)} (got {given.dtype})", field=name)
+    if given.dtype not in DTYPES:
+        raise InvalidInput(f"{name} must be one of {', '.join(DTYPES)} (got {given.dtype})", field=name)
     if output.shape != given.shape:
         raise InvalidInput(f"outputs.{name} must have the shape of {name} {list(given.shape)}", field=name)
     if output.dtype != answer_dtype:

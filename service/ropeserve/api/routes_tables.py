@@ -6,6 +6,7 @@ batching), so a large request never stalls probes."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Literal
 
 import torch
@@ -18,7 +19,7 @@ from ropeserve.api.negotiation import SafetensorsResponse, read_safetensors_requ
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.routes_positions import VisionRopeRequest
 from ropeserve.api.runtime import Runtime, RuntimeDep
-from ropeserve.api.schemas import PairingName, RopeSource
+from ropeserve.api.schemas import DTYPES, PairingName, RopeSource
 from ropeserve.errors import InvalidInput, check_limit
 from ropeserve.positions import vision_position_ids
 from ropeserve.rope import vision_cos_sin
@@ -27,7 +28,6 @@ from ropeserve.serving import METADATA_KEY
 from ropeserve.serving.codec import SafetensorsPayload, encode_safetensors
 
 router = APIRouter(tags=["rotation"])
-FLOAT_DTYPES = {"float32", "bfloat16", "float16"}
 RESPONSES: dict[int | str, dict[str, object]] = {
     200: {
         "description": f"A safetensors file with the rotated `q` (and `k`) and metadata under '{METADATA_KEY}'.",
@@ -50,7 +50,7 @@ class TableRotationParams(RopeSource):
 
 def _float_tensors(tensors: dict[str, torch.Tensor], names: tuple[str, ...]) -> None:
     for name in names:
-        if name in tensors and str(tensors[name].dtype).removeprefix("torch.") not in FLOAT_DTYPES:
+        if name in tensors and tensors[name].dtype not in DTYPES.values():
             raise InvalidInput(f"{name} must be float32, bfloat16 or float16, got {tensors[name].dtype}", field=name)
 
 
@@ -95,8 +95,7 @@ def _apply_table(payload: SafetensorsPayload, runtime: Runtime) -> Response:
         pairing=pairing,
     )
     meta = {"table": difference.as_dict(), "pairing": pairing, "layout": options.layout, "params": params.as_dict()}
-    out = {"q": q} if k is None else {"q": q, "k": k}
-    return SafetensorsResponse(encode_safetensors(out, {METADATA_KEY: json.dumps(meta)}))
+    return _answer(q, k, meta)
 
 
 @router.post(
@@ -124,5 +123,10 @@ def _vision_apply(payload: SafetensorsPayload, runtime: Runtime) -> Response:
     cos, sin = vision_cos_sin(hw_ids, head_dim, options.theta)
     q, k = vision_rotate(payload.tensors["q"], payload.tensors.get("k"), cos, sin)
     meta = {"spatial_merge_size": merge, "head_dim": head_dim, "theta": options.theta, "patches": hw_ids.shape[0]}
+    return _answer(q, k, meta)
+
+
+def _answer(q: torch.Tensor, k: torch.Tensor | None, meta: Mapping[str, object]) -> Response:
+    """The rotated ``q`` (and ``k``) as safetensors, ``meta`` as JSON under ``__metadata__["ropeserve"]``."""
     out = {"q": q} if k is None else {"q": q, "k": k}
     return SafetensorsResponse(encode_safetensors(out, {METADATA_KEY: json.dumps(meta)}))

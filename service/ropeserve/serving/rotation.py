@@ -41,6 +41,9 @@ from ropeserve.serving.staging import DeviceStaging, Ready
 if TYPE_CHECKING:  # injected by the api layer; serving does not import the settings module
     from ropeserve.settings import Settings
 
+INLINE_PREPARE_ELEMENTS = 1 << 16
+"""Most elements (q, k and positions together) a CPU request is prepared with on the event loop (checks, a dtype
+cast); a larger one is prepared in a thread, as every request is on CUDA."""
 REQUIRED_TENSORS = ("q", "positions")
 OPTIONAL_TENSORS = ("k",)
 """Largest position accepted (int32 range), as the JSON endpoints."""
@@ -184,9 +187,9 @@ class RotationService:
         ``timings``: earlier phases (e.g. ``read_s``) to report alongside."""
         started = time.perf_counter() if started is None else started
         prepare_start = time.perf_counter()
-        if self.staging.stream is None:
+        if self.staging.stream is None and _elements(payload) <= INLINE_PREPARE_ELEMENTS:
             job = self.prepare(payload, options)
-        else:  # the pinned copies of a large body are host work: keep them off the event loop
+        else:  # host work (pinned copies on CUDA; a large body's casts and checks): keep it off the event loop
             job = await asyncio.to_thread(self.prepare, payload, options)
         phases = {**(timings or {}), "prepare_s": time.perf_counter() - prepare_start}
         timed = await self.batcher.submit(job, is_disconnected)
@@ -301,3 +304,7 @@ def _rows(x4: torch.Tensor | None) -> torch.Tensor:
 def _from_rows(rows: torch.Tensor, x4: torch.Tensor, like: torch.Tensor, spec: RotationSpec) -> torch.Tensor:
     """Token-major rows [B·T, H·D] back in the layout of ``like`` (token-major view ``x4``); a view."""
     return from_token_major(rows.view(x4.shape), spec.layout, like)
+
+
+def _elements(payload: SafetensorsPayload) -> int:
+    return sum(tensor.numel() for tensor in payload.tensors.values())

@@ -13,6 +13,7 @@ from safetensors.torch import save
 from ropeserve.config import from_explicit
 from ropeserve.rope.tables import TableCache
 from ropeserve.serving import REQUIRED_TENSORS, RotationOptions, RotationService, decode_safetensors
+from ropeserve.serving.rotation import INLINE_PREPARE_ELEMENTS
 from ropeserve.serving.staging import DeviceStaging
 from ropeserve.settings import Settings
 
@@ -78,3 +79,37 @@ def test_service_stages_off_the_event_loop_when_copies_are_host_work() -> None:
     loop_thread, result = asyncio.run(rotate())
     assert len(staging.threads) == 2 and loop_thread not in staging.threads
     assert result.metadata["batch"]["size"] == 1
+
+
+def test_service_prepares_a_large_cpu_body_off_the_event_loop() -> None:
+    """On CPU (no copy stream) a small body is prepared on the event loop, one beyond INLINE_PREPARE_ELEMENTS (its
+    cast to the asked dtype is host work sized by the body) in a thread; both answers are the same rotation."""
+    service = RotationService(Settings(access_log=False), torch.device("cpu"), TableCache())
+    prepared_in: list[int] = []
+    real_prepare = service.prepare
+
+    def recording(payload: object, options: RotationOptions) -> object:
+        prepared_in.append(threading.get_ident())
+        return real_prepare(payload, options)  # type: ignore[arg-type]
+
+    service.prepare = recording  # type: ignore[method-assign,assignment]
+    params = from_explicit({"rope_theta": 10_000.0, "head_dim": 16})
+    options = RotationOptions(params, layout="flat", dtype=torch.float32)
+    tokens = INLINE_PREPARE_ELEMENTS // 32 + 1  # q [T, 32] alone is past the bound
+    big = {"q": torch.randn(tokens, 2 * 16).to(torch.bfloat16), "positions": torch.arange(tokens)}
+    small = {"q": big["q"][:8].clone(), "positions": torch.arange(8)}
+
+    async def rotate() -> tuple[int, list[torch.Tensor]]:
+        await service.start()
+        try:
+            answers = []
+            for tensors in (small, big):
+                payload = decode_safetensors(bytearray(save(tensors)), max_elements=10**7, required=REQUIRED_TENSORS)
+                answers.append((await service.rotate(payload, options)).tensors["q"])
+        finally:
+            await service.stop()
+        return threading.get_ident(), answers
+
+    loop_thread, (small_q, big_q) = asyncio.run(rotate())
+    assert prepared_in[0] == loop_thread and prepared_in[1] != loop_thread
+    assert torch.equal(big_q[:8], small_q)
