@@ -97,6 +97,7 @@ CASES: list[tuple[str, Side, Side]] = [
     ("RS205", side(PHI4, {"/partial_rotary_factor": 0.5}), side(PHI4)),
     ("RS206", side(MISTRAL, {"/partial_rotary_factor": 1.5}), side(MISTRAL, {"/partial_rotary_factor": 0.5})),
     ("RS207", side(QWEN_YARN, {"/rope_scaling/factor": -4.0}), side(QWEN_YARN)),
+    ("RS208", side(MISTRAL, {"/sliding_window": 0}), side(MISTRAL, {"/sliding_window": 4096})),
     (
         "RS301",
         side(QWEN_YARN, engines=SGLANG, max_model_len=131072),
@@ -133,6 +134,14 @@ CASES: list[tuple[str, Side, Side]] = [
         side(QWEN_YARN, {"/max_position_embeddings": 131072}, engines=LLAMA_CPP, n_ctx=131072),
     ),
     ("RS311", side(PHI3, engines=VLLM), side(PHI3, engines=VLLM, max_model_len=131072)),
+    ("RS313", side(QWEN), side(QWEN, {"/sliding_window": None})),
+    (
+        "RS313",
+        side(QWEN, {"/use_sliding_window": True}),
+        side(QWEN, {"/use_sliding_window": True, "/max_window_layers": 14}),
+    ),
+    ("RS314", side(GEMMA3, engines=VLLM, disable_sliding_window=True), side(GEMMA3, engines=VLLM)),
+    ("RS315", side(PHI3), side(MISTRAL, {"/sliding_window": 4096})),
     ("RS401", side(PHI3, max_model_len=131072), side(PHI3, max_model_len=4096)),
     ("RS402", side(MISTRAL, {"/rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}), side(MISTRAL, LINEAR_2)),
     (
