@@ -176,3 +176,12 @@ def test_cli_flag_and_intent_key() -> None:
     with pytest.raises(InvalidInput) as refused:
         DeploymentIntent.from_mapping({"disable_sliding_window": "yes"})
     assert refused.value.field == "/intent/disable_sliding_window"
+
+
+def test_rs312_vllm_finding_cites_vllm_source_and_sglang_keeps_the_rule_reference() -> None:
+    """Issue 14 §3: a vLLM finding cites a vLLM source (RS312 cited only docs/lint.md#rs312 before)."""
+    config = patched(real_config(MISTRAL), {"/rope_scaling": {"rope_type": "linear", "factor": 2.0}})
+    report = run(config, ["vllm", "sglang"])
+    by_engine = {f.hit.engine: f.reference for f in findings(report, "RS312")}
+    assert by_engine["vllm"].startswith("https://github.com/vllm-project/vllm/blob/")
+    assert by_engine["sglang"] == "docs/lint.md#rs312"
