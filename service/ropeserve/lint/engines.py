@@ -20,6 +20,36 @@ from ropeserve.lint.intent import ENGINES, DeploymentIntent, EngineTarget
 from ropeserve.lint.model import ModelView
 from ropeserve.lint.versions import Version
 
+VLLM_ROPE_SOURCE = (
+    "https://github.com/vllm-project/vllm/blob/0042be241b0fc66d2357ebf144bf870bfdff7f10/"
+    "vllm/model_executor/layers/rotary_embedding.py"
+)
+"""vLLM's ``get_rope`` at this commit: indexes each type's required keys (KeyError), passes YaRN's ``attn_factor``
+(not ``attention_factor``), raises ValueError for unknown types; Phi3LongRoPEScaledRotaryEmbedding raises for
+GPT-J pairing."""
+VLLM_MAX_LEN_SOURCE = (
+    "https://github.com/vllm-project/vllm/blob/0052a5b818980ce8a0477706aaf9f75bd5af72cd/vllm/config/model.py"
+)
+"""vLLM's ``_get_and_verify_max_len`` at this commit: the smallest length key, capped at ``sliding_window`` when the
+window is disabled, times the rope factor (yarn from the original length; longrope, llama3 and Gemma-3 not), and
+with no ``max_model_len`` longrope's default of the top-level ``original_max_position_embeddings``."""
+VLLM_WINDOW_KEY_SOURCE = (
+    "https://github.com/vllm-project/vllm/blob/0004438383ee731a6e44708609d175c48528a8d0/vllm/config.py"
+)
+"""vLLM's ModelConfig at this commit: ``get_hf_config_sliding_window`` returns None when ``use_sliding_window`` is
+false (later versions read ``sliding_window`` from the transformers config class, which sets it to None then)."""
+ENGINE_SOURCES: dict[str, dict[str, str]] = {
+    "vllm": {
+        "RS106": VLLM_ROPE_SOURCE,
+        "RS108": VLLM_ROPE_SOURCE,
+        "RS311": VLLM_MAX_LEN_SOURCE,
+        "RS312": VLLM_MAX_LEN_SOURCE,
+        "RS603": VLLM_ROPE_SOURCE,
+    },
+}
+"""engine -> rule id -> the engine's own source for that rule's engine-specific findings, where the rule's
+reference is not one (issue 14: a vLLM finding cites a vLLM source)."""
+
 TOKENIZER_SENTINEL = 10**15
 """``tokenizer_config.model_max_length`` at or above this is transformers' "no limit" placeholder."""
 

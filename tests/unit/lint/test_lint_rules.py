@@ -250,3 +250,19 @@ def test_findings_carry_pointer_fix_and_reference() -> None:
         assert data["pointer"] == "" or data["pointer"].startswith("/")
         assert data["message"] and data["fix"] and data["reference"]
         assert data["severity"] in ("error", "warning", "info")
+
+
+VLLM_SOURCE_PENDING = {"RS113", "RS504", "RS511"}
+"""vLLM findings whose vLLM source is not yet recorded (support matrix, Triton M-RoPE kernel, pre-0.6.3 check)."""
+
+
+def test_vllm_findings_cite_a_vllm_source() -> None:
+    """Issue 14 §3: a finding about vLLM cites vLLM (an issue, a pull request or its source at a commit)."""
+    uncited = {
+        finding.rule.id
+        for _, bad, good in CASES
+        for report in (bad.report(), good.report())
+        for finding in report.findings
+        if finding.hit.engine == "vllm" and not finding.reference.startswith("https://github.com/vllm-project/vllm/")
+    }
+    assert uncited <= VLLM_SOURCE_PENDING, sorted(uncited - VLLM_SOURCE_PENDING)

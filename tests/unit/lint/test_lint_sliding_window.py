@@ -183,5 +183,8 @@ def test_rs312_vllm_finding_cites_vllm_source_and_sglang_keeps_the_rule_referenc
     config = patched(real_config(MISTRAL), {"/rope_scaling": {"rope_type": "linear", "factor": 2.0}})
     report = run(config, ["vllm", "sglang"])
     by_engine = {f.hit.engine: f.reference for f in findings(report, "RS312")}
-    assert by_engine["vllm"].startswith("https://github.com/vllm-project/vllm/blob/")
+    assert (
+        by_engine["vllm"].startswith("https://github.com/vllm-project/vllm/blob/")
+        and "config/model.py" in by_engine["vllm"]
+    )
     assert by_engine["sglang"] == "docs/lint.md#rs312"

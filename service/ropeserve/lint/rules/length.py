@@ -15,6 +15,8 @@ from ropeserve.lint.engines import (
     SGLANG_LENGTH_KEYS,
     TGI_LENGTH_KEYS,
     VLLM_LENGTH_KEYS,
+    VLLM_MAX_LEN_SOURCE,
+    VLLM_WINDOW_KEY_SOURCE,
     WindowCap,
     cache_rows,
     cache_rows_for,
@@ -94,9 +96,6 @@ def _refused_at_window(ctx: LintContext, engine: str, cap: WindowCap, requested:
     return replace(hit, reference=WINDOW_CAP_REFERENCE)
 
 
-VLLM_CONFIG_SOURCE = "https://github.com/vllm-project/vllm/blob/0004438383ee731a6e44708609d175c48528a8d0/vllm/config.py"
-"""vLLM's ModelConfig: get_hf_config_sliding_window (None when use_sliding_window is false) and
-_get_and_verify_max_len (derived = min(derived, sliding_window) when the window is disabled)."""
 WINDOW_CAP_REFERENCE = "https://github.com/vllm-project/vllm/issues/6253"
 """vLLM's startup refusal at "the derived max_model_len (sliding_window=4096 ...)" with the window disabled."""
 
@@ -409,23 +408,15 @@ def length_scaled_by_factor(ctx: LintContext) -> Iterator[Hit]:
         length, served = ctx.lengths[engine], ctx.served(engine)
         if length.derived is None or length.derived <= limit or served is None or served <= limit:
             continue
-        yield _engine_source(
-            engine,
-            ctx.hit(
-                ctx.model.pointer("full_attention", "factor"),
-                f"{engine} derives {fmt(length.derived)} = max_position_embeddings {fmt(limit)} x factor {factor:g} "
-                f"and serves {fmt(served)} positions, while transformers, TGI and llama.cpp take {fmt(limit)} as the "
-                f"model's length; if {fmt(limit)} already includes the extension, positions past it were never trained",
-                "State the pre-extension length as original_max_position_embeddings in the rope dict (then every "
-                f"engine agrees), or serve at most {fmt(limit)} tokens on {engine}.",
-                engine=engine,
-            ),
+        yield ctx.hit(
+            ctx.model.pointer("full_attention", "factor"),
+            f"{engine} derives {fmt(length.derived)} = max_position_embeddings {fmt(limit)} x factor {factor:g} "
+            f"and serves {fmt(served)} positions, while transformers, TGI and llama.cpp take {fmt(limit)} as the "
+            f"model's length; if {fmt(limit)} already includes the extension, positions past it were never trained",
+            "State the pre-extension length as original_max_position_embeddings in the rope dict (then every "
+            f"engine agrees), or serve at most {fmt(limit)} tokens on {engine}.",
+            engine=engine,
         )
-
-
-def _engine_source(engine: str, hit: Hit) -> Hit:
-    """A vLLM finding cites vLLM's source (``_get_and_verify_max_len``), others the rule's reference."""
-    return replace(hit, reference=VLLM_CONFIG_SOURCE) if engine == "vllm" else hit
 
 
 def _original_length_given(ctx: LintContext) -> bool:
@@ -441,7 +432,7 @@ def _original_length_given(ctx: LintContext) -> bool:
     severity=INFO,
     summary="`sliding_window` is declared but no layer uses it (`use_sliding_window` false, or Qwen2's "
     "`max_window_layers` covering every layer).",
-    reference=VLLM_CONFIG_SOURCE,
+    reference=VLLM_WINDOW_KEY_SOURCE,
 )
 def sliding_window_unused(ctx: LintContext) -> Iterator[Hit]:
     window, text = _written_window(ctx), ctx.model.text
@@ -452,8 +443,8 @@ def sliding_window_unused(ctx: LintContext) -> Iterator[Hit]:
         yield ctx.hit(
             pointer,
             f"sliding_window {fmt(window)} with use_sliding_window false: transformers' config class sets the window "
-            "to None and vLLM reads none (ModelConfig.get_hf_config_sliding_window), so every layer attends over "
-            "the full context and --disable-sliding-window caps nothing",
+            "to None, which is what vLLM reads (older vLLM checked use_sliding_window itself), so every layer "
+            "attends over the full context and --disable-sliding-window caps nothing",
             "Nothing to change for transformers or vLLM; set sliding_window to null so that tools reading it "
             "without use_sliding_window agree.",
         )
@@ -547,7 +538,7 @@ def engine_caps_length_at_window(ctx: LintContext) -> Iterator[Hit]:
     family="length",
     severity=INFO,
     summary="`sliding_window` is at least `max_position_embeddings`: the window never drops a token.",
-    reference=VLLM_CONFIG_SOURCE,
+    reference=VLLM_MAX_LEN_SOURCE,
 )
 def sliding_window_no_effect(ctx: LintContext) -> Iterator[Hit]:
     window, limit = _written_window(ctx), ctx.model.text_value("max_position_embeddings")
