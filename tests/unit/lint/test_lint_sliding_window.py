@@ -85,6 +85,7 @@ def test_disable_sliding_window_caps_vllm_at_the_window_and_refuses_past_it() ->
     [refusal] = findings(capped, "RS301")
     assert refusal.severity.label == "error" and refusal.hit.pointer == "/sliding_window"
     assert "4,096" in refusal.hit.message and "--disable-sliding-window" in refusal.hit.message
+    assert "NotImplementedError" not in refusal.hit.message  # no rope_scaling: every version caps
     assert refusal.reference == "https://github.com/vllm-project/vllm/issues/6253"
     assert capped.as_dict()["engines"][0]["derived_max_len"] == 4096
     assert not findings(capped, "RS314")  # the refusal is RS301's
@@ -95,6 +96,7 @@ def test_disable_sliding_window_with_no_length_warns_that_vllm_serves_only_the_w
     [cap] = findings(report, "RS314")
     assert cap.severity.label == "warning" and cap.hit.pointer == "/text_config/sliding_window"
     assert "1,024" in cap.hit.message and "131,072" in cap.hit.message
+    assert "NotImplementedError" in cap.hit.message  # Gemma-3's linear rope_scaling (vllm#7593)
     assert report.as_dict()["engines"][0]["default_max_len"] == 1024
 
 

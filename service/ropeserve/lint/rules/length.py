@@ -89,11 +89,24 @@ def _refused_at_window(ctx: LintContext, engine: str, cap: WindowCap, requested:
     hit = ctx.hit(
         pointers.join(ctx.model.text_pointer, SLIDING_WINDOW),
         f"{engine} caps its maximum at sliding_window {fmt(cap.window)} ({cap.reason}) and refuses "
-        f"{ENGINE_LENGTH_FLAG[engine]} {fmt(requested)} at startup",
+        f"{ENGINE_LENGTH_FLAG[engine]} {fmt(requested)} at startup{_scaling_refused(ctx)}",
         f"{cap.fix} VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 would start it, with every layer attending past the window.",
         engine=engine,
     )
     return replace(hit, reference=WINDOW_CAP_REFERENCE)
+
+
+def _scaling_refused(ctx: LintContext) -> str:
+    """What vLLM versions such as @0004438 do instead of the cap when the config has a legacy ``rope_scaling``
+    other than longrope/llama3: ``_get_and_verify_max_len`` raises NotImplementedError (vllm#7593)."""
+    entry, main = ctx.model.main_entry, ctx.model.main
+    legacy = entry is not None and entry.data is not None and "/rope_scaling" in entry.pointer
+    if not legacy or main is None or main.rope_type in ("longrope", "llama3"):
+        return ""
+    return (
+        f"; vLLM versions that refuse rope scaling with the window disabled (e.g. @0004438, vllm#7593) stop at "
+        f"startup with NotImplementedError for this {main.rope_type} rope_scaling instead"
+    )
 
 
 WINDOW_CAP_REFERENCE = "https://github.com/vllm-project/vllm/issues/6253"
@@ -520,12 +533,12 @@ def engine_caps_length_at_window(ctx: LintContext) -> Iterator[Hit]:
         if ctx.requested is None and full is not None and full > cap.window:
             message = (
                 f"{engine} serves at most {fmt(cap.window)} tokens: {cap.reason}, which caps max_model_len at "
-                f"sliding_window {fmt(cap.window)} below the model's {fmt(full)}"
+                f"sliding_window {fmt(cap.window)} below the model's {fmt(full)}{_scaling_refused(ctx)}"
             )
         elif served > cap.window:
             message = (
                 f"{engine} serves {fmt(served)} tokens with the sliding window disabled ({cap.reason}): the windowed "
-                f"layers attend past the {fmt(cap.window)} tokens they were trained to see"
+                f"layers attend past the {fmt(cap.window)} tokens they were trained to see{_scaling_refused(ctx)}"
             )
         else:
             continue
