@@ -252,8 +252,8 @@ def test_findings_carry_pointer_fix_and_reference() -> None:
         assert data["severity"] in ("error", "warning", "info")
 
 
-VLLM_SOURCE_PENDING = {"RS113", "RS504", "RS511"}
-"""vLLM findings whose vLLM source is not yet recorded (support matrix, Triton M-RoPE kernel, pre-0.6.3 check)."""
+VLLM_SOURCE_PENDING = {"RS113"}
+"""vLLM findings whose vLLM source is not yet recorded (the support matrix's unverified cells)."""
 
 
 def test_vllm_findings_cite_a_vllm_source() -> None:
