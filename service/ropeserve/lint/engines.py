@@ -28,7 +28,7 @@ VLLM_ROPE_SOURCE = (
 (not ``attention_factor``), raises ValueError for unknown types; Phi3LongRoPEScaledRotaryEmbedding raises for
 GPT-J pairing."""
 VLLM_MAX_LEN_SOURCE = (
-    "https://github.com/vllm-project/vllm/blob/0052a5b818980ce8a0477706aaf9f75bd5af72cd/vllm/config/model.py"
+    "https://github.com/vllm-project/vllm/blob/18ec6629253632af0a384f2ffbb8c6b28af322e7/vllm/config/model.py"
 )
 """vLLM's ``_get_and_verify_max_len`` at this commit: the smallest length key, capped at ``sliding_window`` when the
 window is disabled, times the rope factor (yarn from the original length; longrope, llama3 and Gemma-3 not), and
