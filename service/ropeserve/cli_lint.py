@@ -67,6 +67,12 @@ def _add_intent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", help="model dtype the rope tables are cast to (default: the config's)")
     parser.add_argument("--phase-dtype", help="dtype of p*inv_freq (default float32)")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="engine env var, repeatable")
+    parser.add_argument(
+        "--disable-sliding-window",
+        action="store_true",
+        default=None,
+        help="the deployment passes vLLM --disable-sliding-window (vLLM caps the length at the window)",
+    )
     parser.add_argument("--pairing", choices=PAIRINGS, help="pairing the deployment's kernels/weights use")
     parser.add_argument("--mrope-layout", choices=MROPE_LAYOUTS, help="M-RoPE layout the deployment applies")
     parser.add_argument("--intent", metavar="FILE", help="JSON deployment intent; flags override its keys")
@@ -82,6 +88,7 @@ def intent_from_args(args: argparse.Namespace, intent_file: JsonFile | None = No
         "phase_dtype": args.phase_dtype,
         "pairing": args.pairing,
         "mrope_layout": args.mrope_layout,
+        "disable_sliding_window": args.disable_sliding_window,
     }
     data.update({key: value for key, value in flags.items() if value is not None})
     if args.env:

@@ -54,3 +54,15 @@ def test_malformed_requests_are_422_naming_the_field(client: TestClient, body: d
     assert response.status_code == 422, response.text
     assert response.headers["content-type"].startswith("application/problem+json")
     assert response.json()["field"] == field
+
+
+def test_invalid_sliding_window_is_the_same_422_detail_as_the_lint_finding(client: TestClient) -> None:
+    """One validator (config/validate.py window_problems): the table route refuses what RS208 reports."""
+    config = {**json.loads((CONFIGS / "mistralai__Mistral-7B-Instruct-v0.3.json").read_text()), "sliding_window": 0}
+    refused = client.post("/v1/rope/cos-sin", json={"config": config, "positions": [0, 1]})
+    assert refused.status_code == 422, refused.text
+    assert refused.headers["content-type"].startswith("application/problem+json")
+    linted = client.post("/v1/config/validate", json={"config": config}).json()
+    [finding] = [f for f in linted["findings"] if f["rule"] == "RS208"]
+    assert refused.json()["detail"] == finding["message"]
+    assert refused.json()["field"] == "config.sliding_window"

@@ -21,7 +21,8 @@ class ValidateRequest(StrictModel):
     intent: dict[str, Any] | None = Field(
         None,
         description="Deployment intent: engines (e.g. 'vllm==0.9.1'), max_model_len (or context_length / n_ctx), "
-        "dtype, phase_dtype, env, pairing, mrope_layout, rope_override, video_fps, max_video_seconds, positions.",
+        "dtype, phase_dtype, env, disable_sliding_window, pairing, mrope_layout, rope_override, video_fps, "
+        "max_video_seconds, positions.",
         examples=[{"engines": ["vllm", "sglang"], "max_model_len": 131072, "dtype": "bf16"}],
     )
     tokenizer_config: dict[str, Any] | None = Field(None, description="tokenizer_config.json (model_max_length).")

@@ -27,7 +27,7 @@ from ropeserve.config.jsonsafe import INT64_MAX, check_json_numbers
 from ropeserve.config.params import FIELD_NAMES, RopeParams
 from ropeserve.config.rope_types import ALIASES, ROPE_TYPES, RopeType, lookup
 from ropeserve.config.schema import COMMON_KEYS, KNOWN_KEYS, MROPE_KEYS, allowed_keys
-from ropeserve.config.validate import MAX_HEAD_DIM, validate_params
+from ropeserve.config.validate import MAX_HEAD_DIM, validate_params, window_problems
 from ropeserve.errors import InvalidInput
 
 LAYER_TYPE_LABELS = frozenset({"full_attention", "sliding_attention", "chunked_attention", "linear_attention"})
@@ -70,8 +70,9 @@ def normalize_config(config: Mapping[str, Any], *, validate: bool = True) -> Nor
     """Normalise a Hugging Face ``config.json`` dict (any form above) into per-layer-type ``RopeParams``.
 
     With ``validate=False`` (the linter's mode) unknown rope types, missing required keys and out-of-range
-    values are kept as found instead of raising, so each can be reported on its own; values that cannot be
-    read at all (a non-numeric theta, no head_dim) still raise InvalidInput.
+    values (rope parameters and ``sliding_window``, ``validate.window_problems``) are kept as found instead of
+    raising, so each can be reported on its own; values that cannot be read at all (a non-numeric theta, no
+    head_dim) still raise InvalidInput.
     """
     if not isinstance(config, Mapping):
         raise InvalidInput("config must be a JSON object", field="config")
@@ -83,6 +84,9 @@ def normalize_config(config: Mapping[str, Any], *, validate: bool = True) -> Nor
         raise InvalidInput(f"model_type must be a string, got {model_type!r}", field=where)
     family = family_of(model_type)
     text, filled = complete_text(section, pointer, family)
+    if validate:
+        for problem in window_problems(text):
+            raise InvalidInput(problem.message, field=f"{pointer}/{problem.key}")
     entries, nested = _layer_entries(text, pointer, family)
     layers: dict[str, RopeParams | None] = {}
     sources: dict[str, dict[str, str]] = {}

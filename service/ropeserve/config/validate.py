@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 from ropeserve.config.params import RopeParams
 from ropeserve.config.rope_types import Problem, lookup
@@ -18,6 +19,8 @@ MAX_HEAD_DIM = 16_384
 """Largest head size accepted (real models use 64-256; the bound keeps tables allocatable)."""
 POSITIVE = ("factor", "max_position_embeddings", "original_max_position_embeddings")
 NON_NEGATIVE = ("attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim")
+SLIDING_WINDOW = "sliding_window"
+"""The text-config key of the attention window (tokens); ``null`` means none, a list one value per layer."""
 
 
 def problems(params: RopeParams) -> Iterator[Problem]:
@@ -69,6 +72,22 @@ def range_problems(params: RopeParams) -> Iterator[Problem]:
         value = params.value(key)
         if value is not None and not (math.isfinite(value) and value >= 0):
             yield Problem(key, f"{key} = {value!r} must be finite and >= 0", "range")
+
+
+def window_problems(text: Mapping[str, Any]) -> Iterator[Problem]:
+    """A ``sliding_window`` that is not a positive integer (``null`` is none; a list holds one per layer, each
+    a positive integer or ``null``): an attention window of 0, -1 or 4096.5 tokens is no window any engine runs."""
+    value = text.get(SLIDING_WINDOW)
+    values = value if isinstance(value, list) else [value]
+    if not all(item is None or _positive_integer(item) for item in values):
+        message = f"{SLIDING_WINDOW} = {value!r} must be a positive integer number of tokens (or null)"
+        yield Problem(SLIDING_WINDOW, message, "range")
+
+
+def _positive_integer(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) and value > 0 and float(value).is_integer()
 
 
 def validate_params(params: RopeParams, sources: Mapping[str, str] | None = None) -> None:

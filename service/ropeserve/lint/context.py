@@ -8,7 +8,7 @@ from functools import cached_property
 from typing import Any
 
 from ropeserve.lint import pointers
-from ropeserve.lint.engines import EngineLength, derive_length
+from ropeserve.lint.engines import EngineLength, derive_length, vllm_window_cap
 from ropeserve.lint.findings import Hit
 from ropeserve.lint.intent import DTYPE_ALIASES, DeploymentIntent, EngineTarget
 from ropeserve.lint.model import ModelView
@@ -59,7 +59,7 @@ class LintContext:
             original=original,
             tokenizer_config=tokenizer_config,
             draft=ModelView.build(draft_config) if draft_config is not None else None,
-            lengths={t.name: derive_length(model, t.name, tokenizer_config) for t in intent.engines},
+            lengths={t.name: _length(model, t, intent, tokenizer_config) for t in intent.engines},
             dtype=dtype,
             dtype_source=dtype_source,
         )
@@ -129,6 +129,14 @@ class LintContext:
         if main is None or not longest:
             return None
         return table_error(main, longest - 1, "float32", "float32")
+
+
+def _length(
+    model: ModelView, target: EngineTarget, intent: DeploymentIntent, tokenizer_config: Mapping[str, Any] | None
+) -> EngineLength:
+    """``target``'s lengths for ``model``, with vLLM's window cap when the deployment disables the window."""
+    cap = vllm_window_cap(model, target, intent) if target.name == "vllm" else None
+    return derive_length(model, target.name, tokenizer_config, cap)
 
 
 def _model_dtype(model: ModelView, intent: DeploymentIntent) -> tuple[str, str]:

@@ -15,9 +15,40 @@ from ropeserve.config import RopeParams
 from ropeserve.config.jsonsafe import INT64_MAX
 from ropeserve.config.rope_types import effective_factor, finite_positive, lookup, lookup_for_engines, yarn
 from ropeserve.config.rope_types.base import LengthRule
-from ropeserve.lint.intent import ENGINES, EngineTarget
+from ropeserve.config.validate import SLIDING_WINDOW, window_problems
+from ropeserve.lint.intent import ENGINES, DeploymentIntent, EngineTarget
 from ropeserve.lint.model import ModelView
 from ropeserve.lint.versions import Version
+
+VLLM_ROPE_SOURCE = (
+    "https://github.com/vllm-project/vllm/blob/0042be241b0fc66d2357ebf144bf870bfdff7f10/"
+    "vllm/model_executor/layers/rotary_embedding.py"
+)
+"""vLLM's ``get_rope`` at this commit: indexes each type's required keys (KeyError), passes YaRN's ``attn_factor``
+(not ``attention_factor``), raises ValueError for unknown types; Phi3LongRoPEScaledRotaryEmbedding raises for
+GPT-J pairing."""
+VLLM_MAX_LEN_SOURCE = (
+    "https://github.com/vllm-project/vllm/blob/18ec6629253632af0a384f2ffbb8c6b28af322e7/vllm/config/model.py"
+)
+"""vLLM's ``_get_and_verify_max_len`` at this commit: the smallest length key, capped at ``sliding_window`` when the
+window is disabled, times the rope factor (yarn from the original length; longrope, llama3 and Gemma-3 not), and
+with no ``max_model_len`` longrope's default of the top-level ``original_max_position_embeddings``."""
+VLLM_WINDOW_KEY_SOURCE = (
+    "https://github.com/vllm-project/vllm/blob/0004438383ee731a6e44708609d175c48528a8d0/vllm/config.py"
+)
+"""vLLM's ModelConfig at this commit: ``get_hf_config_sliding_window`` returns None when ``use_sliding_window`` is
+false (later versions read ``sliding_window`` from the transformers config class, which sets it to None then)."""
+ENGINE_SOURCES: dict[str, dict[str, str]] = {
+    "vllm": {
+        "RS106": VLLM_ROPE_SOURCE,
+        "RS108": VLLM_ROPE_SOURCE,
+        "RS311": VLLM_MAX_LEN_SOURCE,
+        "RS312": VLLM_MAX_LEN_SOURCE,
+        "RS603": VLLM_ROPE_SOURCE,
+    },
+}
+"""engine -> rule id -> the engine's own source for that rule's engine-specific findings, where the rule's
+reference is not one (issue 14: a vLLM finding cites a vLLM source)."""
 
 TOKENIZER_SENTINEL = 10**15
 """``tokenizer_config.model_max_length`` at or above this is transformers' "no limit" placeholder."""
@@ -132,6 +163,51 @@ TOP_LEVEL_FOLDED = frozenset({"original_max_position_embeddings", "rope_theta", 
 
 
 @dataclass(frozen=True)
+class WindowCap:
+    """vLLM serving a model with its sliding window disabled: ``_get_and_verify_max_len`` then caps the derived
+    length at the window (``derived = min(derived, sliding_window)``), because every layer attends globally."""
+
+    window: int
+    reason: str
+    fix: str
+
+
+VLLM_GEMMA2_FULL_LENGTH = Version.parse("0.6.5")
+"""vLLM 0.5.1 (PR #5908) disabled Gemma-2's interleaved window and capped the length at 4,096; PR #10584,
+released in 0.6.5, serves the full 8,192 (the XFORMERS backend kept the cap)."""
+
+
+def declared_window(view: ModelView) -> int | None:
+    """The window vLLM reads (``ModelConfig.get_hf_config_sliding_window``): ``sliding_window`` unless
+    ``use_sliding_window`` is false; the smallest of a per-layer list. None when absent or invalid (RS208)."""
+    if view.text.get("use_sliding_window") is False or any(window_problems(view.text)):
+        return None
+    value = view.text.get(SLIDING_WINDOW)
+    values = [int(v) for v in (value if isinstance(value, list) else [value]) if v is not None]
+    return min(values, default=None)
+
+
+def vllm_window_cap(view: ModelView, target: EngineTarget, intent: DeploymentIntent) -> WindowCap | None:
+    """Whether ``target`` (vLLM) disables the config's sliding window, capping the length at it."""
+    window = declared_window(view)
+    if window is None:
+        return None
+    if intent.disable_sliding_window:
+        return WindowCap(
+            window,
+            "--disable-sliding-window",
+            "Drop --disable-sliding-window (vLLM's attention backends run the window), or serve at most the window.",
+        )
+    if view.model_type == "gemma2" and target.spec.may_predate(VLLM_GEMMA2_FULL_LENGTH):
+        return WindowCap(
+            window,
+            "vLLM 0.5.1-0.6.4 disables Gemma-2's interleaved window",
+            "Use vLLM >= 0.6.5 (PR #10584) with a backend other than XFORMERS for Gemma-2's full length.",
+        )
+    return None
+
+
+@dataclass(frozen=True)
 class EngineLength:
     """Per-engine length facts (§2): what it derives, serves by default, and how many cos/sin rows it caches."""
 
@@ -144,6 +220,8 @@ class EngineLength:
     override_env: str | None = None
     notes: tuple[str, ...] = ()
     cache_rows_by_layer: Mapping[str, int] = field(default_factory=dict)
+    window_cap: WindowCap | None = None
+    """Set when the engine disables the sliding window and so caps ``derived`` at it (vLLM)."""
 
     def served(self, requested: int | None) -> int | None:
         return requested if requested is not None else self.default
@@ -231,8 +309,10 @@ def _length_rule(params: RopeParams) -> LengthRule:
     return "max" if definition is None else definition.extended_length
 
 
-def _vllm_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None) -> EngineLength:
-    derived, source = _vllm_rope_scaling(view, *_vllm_key_length(view, tokenizer_config))
+def _vllm_length(
+    view: ModelView, tokenizer_config: Mapping[str, Any] | None, window_cap: WindowCap | None
+) -> EngineLength:
+    derived, source = _vllm_rope_scaling(view, *_vllm_key_length(view, tokenizer_config, window_cap))
     return EngineLength(
         engine="vllm",
         derived=derived,
@@ -242,11 +322,15 @@ def _vllm_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None) ->
         check="refuse",
         override_env="VLLM_ALLOW_LONG_MAX_MODEL_LEN",
         cache_rows_by_layer=cache_rows_by_layer(view, "vllm"),
+        window_cap=window_cap if source.startswith(SLIDING_WINDOW) else None,
     )
 
 
-def _vllm_key_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None) -> tuple[int, str]:
-    """Steps 1-4: the smallest length key (``model_max_length`` replaces them all), capped by the tokenizer's."""
+def _vllm_key_length(
+    view: ModelView, tokenizer_config: Mapping[str, Any] | None, window_cap: WindowCap | None = None
+) -> tuple[int, str]:
+    """Steps 1-4: the smallest length key (``model_max_length`` replaces them all), capped at the sliding window
+    when vLLM disables it, then by the tokenizer's."""
     found = length_keys(view, VLLM_LENGTH_KEYS)
     if not found:
         return ENGINE_DEFAULT_LENGTH, "no length key: vLLM assumes 2048"
@@ -255,6 +339,8 @@ def _vllm_key_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None
     else:
         key = min(found, key=found.__getitem__)
         derived, source = found[key], f"{key} (smallest length key)"
+    if window_cap is not None and window_cap.window < derived:
+        derived, source = window_cap.window, f"{SLIDING_WINDOW} ({window_cap.reason})"
     limit = tokenizer_limit(tokenizer_config)
     if limit is not None and limit < derived:
         return limit, "tokenizer_config model_max_length"
@@ -288,7 +374,7 @@ def _vllm_default_length(view: ModelView, derived: int) -> int:
     return derived
 
 
-def _sglang_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None) -> EngineLength:
+def _sglang_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None, _: WindowCap | None) -> EngineLength:
     entry = view.main_entry
     written = finite_positive(entry.get("factor", 1) if entry is not None else 1) or 1
     dropped = entry is not None and (
@@ -321,7 +407,7 @@ def _sglang_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None) 
     )
 
 
-def _tgi_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None) -> EngineLength:
+def _tgi_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None, _: WindowCap | None) -> EngineLength:
     top = {k: view.document[k] for k in TGI_LENGTH_KEYS if isinstance(view.document.get(k), int)}
     key = next(iter(top), None)
     notes = ["cos/sin grow with the longest sequence seen; no startup length check"]
@@ -335,13 +421,15 @@ def _tgi_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None) -> 
     return EngineLength("tgi", derived, source, derived, None, "none", None, tuple(notes))
 
 
-def _llama_cpp_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None) -> EngineLength:
+def _llama_cpp_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None, _: WindowCap | None) -> EngineLength:
     n_ctx_train = length_keys(view, ("max_position_embeddings",)).get("max_position_embeddings")
     notes = ("n_ctx_train = GGUF context_length, converted from max_position_embeddings",)
     return EngineLength("llama.cpp", n_ctx_train, "max_position_embeddings", n_ctx_train, None, "cap", None, notes)
 
 
-def _transformers_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None) -> EngineLength:
+def _transformers_length(
+    view: ModelView, tokenizer_config: Mapping[str, Any] | None, _: WindowCap | None
+) -> EngineLength:
     max_positions = length_keys(view, ("max_position_embeddings",)).get("max_position_embeddings")
     notes = ("cos/sin computed per forward in float32; no cache, no length check",)
     return EngineLength(
@@ -349,7 +437,8 @@ def _transformers_length(view: ModelView, tokenizer_config: Mapping[str, Any] | 
     )
 
 
-LengthDeriver = Callable[[ModelView, Mapping[str, Any] | None], EngineLength]
+LengthDeriver = Callable[[ModelView, Mapping[str, Any] | None, WindowCap | None], EngineLength]
+"""(config, tokenizer_config, the window cap when the engine disables the sliding window) -> its lengths."""
 LENGTH_DERIVERS: dict[str, LengthDeriver] = {
     "transformers": _transformers_length,
     "vllm": _vllm_length,
@@ -359,8 +448,13 @@ LENGTH_DERIVERS: dict[str, LengthDeriver] = {
 }
 
 
-def derive_length(view: ModelView, engine: str, tokenizer_config: Mapping[str, Any] | None = None) -> EngineLength:
-    return LENGTH_DERIVERS[engine](view, tokenizer_config)
+def derive_length(
+    view: ModelView,
+    engine: str,
+    tokenizer_config: Mapping[str, Any] | None = None,
+    window_cap: WindowCap | None = None,
+) -> EngineLength:
+    return LENGTH_DERIVERS[engine](view, tokenizer_config, window_cap)
 
 
 def position_capacity(view: ModelView) -> int | None:

@@ -107,6 +107,7 @@ class DeploymentIntent:
     * **dtype** - model dtype the rope tables are cast to; ``None`` reads the config's (``torch_dtype``/``dtype``).
     * **phase_dtype** - dtype the angles ``p * inv_freq`` are computed in (engines use float32).
     * **env** - environment of the engine processes (``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` etc.).
+    * **disable_sliding_window** - vLLM's ``--disable-sliding-window`` (it caps the length at the window).
     * **pairing** / **mrope_layout** - what the deployment's kernels or converted weights expect.
     * **rope_override** - rope parameters given outside config.json (vLLM ``--hf-overrides``
       ``rope_parameters``, TGI ``ROPE_SCALING``/``ROPE_FACTOR``); they replace the config's rope dict.
@@ -120,6 +121,7 @@ class DeploymentIntent:
     dtype: str | None = None
     phase_dtype: str = "float32"
     env: Mapping[str, str] = field(default_factory=dict)
+    disable_sliding_window: bool = False
     pairing: str | None = None
     mrope_layout: str | None = None
     rope_override: Mapping[str, Any] | None = None
@@ -148,6 +150,7 @@ class DeploymentIntent:
             dtype=_optional_dtype(data.get("dtype"), f"{pointer}/dtype"),
             phase_dtype=_optional_dtype(data.get("phase_dtype"), f"{pointer}/phase_dtype") or "float32",
             env=_env(data.get("env"), f"{pointer}/env"),
+            disable_sliding_window=_flag(data.get("disable_sliding_window"), f"{pointer}/disable_sliding_window"),
             pairing=_choice(data.get("pairing"), PAIRINGS, f"{pointer}/pairing"),
             mrope_layout=_choice(data.get("mrope_layout"), MROPE_LAYOUTS, f"{pointer}/mrope_layout"),
             rope_override=_optional_object(data.get("rope_override"), f"{pointer}/rope_override"),
@@ -169,6 +172,7 @@ class DeploymentIntent:
             "dtype": self.dtype,
             "phase_dtype": self.phase_dtype,
             "env": dict(self.env),
+            "disable_sliding_window": self.disable_sliding_window,
             "pairing": self.pairing,
             "mrope_layout": self.mrope_layout,
             "rope_override": dict(self.rope_override) if self.rope_override is not None else None,
@@ -229,6 +233,14 @@ def _env(value: Any, pointer: str) -> dict[str, str]:
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise InvalidInput("env must be an object of NAME: value", field=pointer)
     return {key: str(item) for key, item in value.items()}
+
+
+def _flag(value: Any, pointer: str) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidInput(f"must be true or false, got {value!r}", field=pointer)
+    return value
 
 
 def _choice(value: Any, choices: tuple[str, ...], pointer: str) -> str | None:

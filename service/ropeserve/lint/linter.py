@@ -12,7 +12,8 @@ import ropeserve.lint.rules  # noqa: F401  (registers the rules)
 from ropeserve.config import RopeParams
 from ropeserve.config.jsonsafe import check_json_numbers
 from ropeserve.lint.context import LintContext
-from ropeserve.lint.findings import RULES, Finding
+from ropeserve.lint.engines import ENGINE_SOURCES
+from ropeserve.lint.findings import RULES, Finding, Hit, Rule
 from ropeserve.lint.intent import DeploymentIntent
 from ropeserve.lint.report import LintReport
 
@@ -37,7 +38,7 @@ def lint_config(
             check_json_numbers(document, f"/{name}")
     context = LintContext.build(config, intent or DeploymentIntent(), tokenizer_config, draft_config)
     findings = default_target_severity(
-        [Finding(rule, hit) for rule in RULES.values() for hit in rule.check(context)], context.intent
+        [Finding(rule, _sourced(rule, hit)) for rule in RULES.values() for hit in rule.check(context)], context.intent
     )
     findings.sort(key=lambda f: (-f.severity, f.rule.id, f.hit.artifact, f.hit.pointer, f.hit.engine or ""))
     return LintReport(
@@ -47,6 +48,12 @@ def lint_config(
         model=_model_summary(context),
         intent=context.intent,
     )
+
+
+def _sourced(rule: Rule, hit: Hit) -> Hit:
+    """``hit`` citing its engine's own source (``engines.ENGINE_SOURCES``) unless it already names a reference."""
+    source = ENGINE_SOURCES.get(hit.engine or "", {}).get(rule.id)
+    return hit if source is None or hit.reference is not None else replace(hit, reference=source)
 
 
 def default_target_severity(findings: list[Finding], intent: DeploymentIntent) -> list[Finding]:

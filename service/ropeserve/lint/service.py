@@ -25,6 +25,7 @@ def validate_config_request(request: Mapping[str, Any]) -> dict[str, Any]:
             "dtype": "bf16",                     # bf16|bfloat16|fp16|float16|fp32|float32
             "phase_dtype": "float32",
             "env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"},
+            "disable_sliding_window": false,     # vLLM --disable-sliding-window (caps the length at the window)
             "pairing": "neox",                   # neox|gptj: what the kernels / converted weights expect
             "mrope_layout": "interleaved",       # chunked|interleaved
             "rope_override": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},

@@ -95,6 +95,17 @@ def test_missing_theta_with_another_class_default_points_at_the_key_the_file_use
     assert finding.hit.pointer == "/rope_theta" and "1e+06" in finding.hit.message
 
 
+def test_missing_theta_in_a_v5_rope_parameters_file_points_into_that_dict() -> None:
+    patch = {
+        "/rope_parameters": {"rope_type": "default", "mrope_section": [16, 24, 24]},
+        "/rope_scaling": DELETE,
+        "/rope_theta": DELETE,
+    }
+    config = build_config({"config": "Qwen__Qwen2.5-VL-7B-Instruct.json", "patch": patch})
+    [finding] = [f for f in lint(config).findings if f.rule.id == "RS112"]
+    assert finding.hit.pointer == "/rope_parameters/rope_theta"
+
+
 # --- RS100: GPT-J-style keys, phi-2's first release, llava-1.5's sparse text_config -----------------------------
 
 

@@ -97,6 +97,7 @@ CASES: list[tuple[str, Side, Side]] = [
     ("RS205", side(PHI4, {"/partial_rotary_factor": 0.5}), side(PHI4)),
     ("RS206", side(MISTRAL, {"/partial_rotary_factor": 1.5}), side(MISTRAL, {"/partial_rotary_factor": 0.5})),
     ("RS207", side(QWEN_YARN, {"/rope_scaling/factor": -4.0}), side(QWEN_YARN)),
+    ("RS208", side(MISTRAL, {"/sliding_window": 0}), side(MISTRAL, {"/sliding_window": 4096})),
     (
         "RS301",
         side(QWEN_YARN, engines=SGLANG, max_model_len=131072),
@@ -133,6 +134,14 @@ CASES: list[tuple[str, Side, Side]] = [
         side(QWEN_YARN, {"/max_position_embeddings": 131072}, engines=LLAMA_CPP, n_ctx=131072),
     ),
     ("RS311", side(PHI3, engines=VLLM), side(PHI3, engines=VLLM, max_model_len=131072)),
+    ("RS313", side(QWEN), side(QWEN, {"/sliding_window": None})),
+    (
+        "RS313",
+        side(QWEN, {"/use_sliding_window": True}),
+        side(QWEN, {"/use_sliding_window": True, "/max_window_layers": 14}),
+    ),
+    ("RS314", side(GEMMA3, engines=VLLM, disable_sliding_window=True), side(GEMMA3, engines=VLLM)),
+    ("RS315", side(PHI3), side(MISTRAL, {"/sliding_window": 4096})),
     ("RS401", side(PHI3, max_model_len=131072), side(PHI3, max_model_len=4096)),
     ("RS402", side(MISTRAL, {"/rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}), side(MISTRAL, LINEAR_2)),
     (
@@ -241,3 +250,19 @@ def test_findings_carry_pointer_fix_and_reference() -> None:
         assert data["pointer"] == "" or data["pointer"].startswith("/")
         assert data["message"] and data["fix"] and data["reference"]
         assert data["severity"] in ("error", "warning", "info")
+
+
+VLLM_SOURCE_PENDING = {"RS113"}
+"""vLLM findings whose vLLM source is not yet recorded (the support matrix's unverified cells)."""
+
+
+def test_vllm_findings_cite_a_vllm_source() -> None:
+    """Issue 14 §3: a finding about vLLM cites vLLM (an issue, a pull request or its source at a commit)."""
+    uncited = {
+        finding.rule.id
+        for _, bad, good in CASES
+        for report in (bad.report(), good.report())
+        for finding in report.findings
+        if finding.hit.engine == "vllm" and not finding.reference.startswith("https://github.com/vllm-project/vllm/")
+    }
+    assert uncited <= VLLM_SOURCE_PENDING, sorted(uncited - VLLM_SOURCE_PENDING)

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
+from typing import Any
 
 from ropeserve.config import RopeParams
 from ropeserve.config.rope_types import effective_factor, finite_positive
+from ropeserve.config.validate import SLIDING_WINDOW, window_problems
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.engines import (
     SGLANG_LENGTH_KEYS,
     TGI_LENGTH_KEYS,
     VLLM_LENGTH_KEYS,
+    VLLM_MAX_LEN_SOURCE,
+    VLLM_WINDOW_KEY_SOURCE,
+    WindowCap,
     cache_rows,
     cache_rows_for,
     derive_length,
@@ -23,6 +28,7 @@ from ropeserve.lint.engines import (
 )
 from ropeserve.lint.findings import NOTE, Hit, Severity, rule
 from ropeserve.lint.rules.common import TRANSFORMERS_5, definition_of, fmt, is_yarn
+from ropeserve.lint.versions import Version
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 ALL_LENGTH_KEYS = tuple(dict.fromkeys(VLLM_LENGTH_KEYS + SGLANG_LENGTH_KEYS + TGI_LENGTH_KEYS))
@@ -55,6 +61,9 @@ def engine_refuses_length(ctx: LintContext) -> Iterator[Hit]:
         if not _refused(ctx, engine):
             continue
         length, requested = ctx.lengths[engine], ctx.requested or 0
+        if length.window_cap is not None:
+            yield _refused_at_window(ctx, engine, length.window_cap, requested)
+            continue
         short_cache = length.cache_rows is not None and length.cache_rows < requested
         override = (
             f"{length.override_env}=1 would start it but positions past its {fmt(length.cache_rows)} cache rows "
@@ -75,6 +84,33 @@ def engine_refuses_length(ctx: LintContext) -> Iterator[Hit]:
         )
         yield replace(hit, artifact="tokenizer_config") if hit.pointer == "/model_max_length" else hit
 
+
+def _refused_at_window(ctx: LintContext, engine: str, cap: WindowCap, requested: int) -> Hit:
+    hit = ctx.hit(
+        pointers.join(ctx.model.text_pointer, SLIDING_WINDOW),
+        f"{engine} caps its maximum at sliding_window {fmt(cap.window)} ({cap.reason}) and refuses "
+        f"{ENGINE_LENGTH_FLAG[engine]} {fmt(requested)} at startup{_scaling_refused(ctx)}",
+        f"{cap.fix} VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 would start it, with every layer attending past the window.",
+        engine=engine,
+    )
+    return replace(hit, reference=WINDOW_CAP_REFERENCE)
+
+
+def _scaling_refused(ctx: LintContext) -> str:
+    """What vLLM versions such as @0004438 do instead of the cap when the config has a legacy ``rope_scaling``
+    other than longrope/llama3: ``_get_and_verify_max_len`` raises NotImplementedError (vllm#7593)."""
+    entry, main = ctx.model.main_entry, ctx.model.main
+    legacy = entry is not None and entry.data is not None and "/rope_scaling" in entry.pointer
+    if not legacy or main is None or main.rope_type in ("longrope", "llama3"):
+        return ""
+    return (
+        f"; vLLM versions that refuse rope scaling with the window disabled (e.g. @0004438, vllm#7593) stop at "
+        f"startup with NotImplementedError for this {main.rope_type} rope_scaling instead"
+    )
+
+
+WINDOW_CAP_REFERENCE = "https://github.com/vllm-project/vllm/issues/6253"
+"""vLLM's startup refusal at "the derived max_model_len (sliding_window=4096 ...)" with the window disabled."""
 
 ENGINE_LENGTH_REFERENCE = {
     "vllm": "https://github.com/vllm-project/vllm/issues/17924",
@@ -390,8 +426,8 @@ def length_scaled_by_factor(ctx: LintContext) -> Iterator[Hit]:
             f"{engine} derives {fmt(length.derived)} = max_position_embeddings {fmt(limit)} x factor {factor:g} "
             f"and serves {fmt(served)} positions, while transformers, TGI and llama.cpp take {fmt(limit)} as the "
             f"model's length; if {fmt(limit)} already includes the extension, positions past it were never trained",
-            f"State the pre-extension length as original_max_position_embeddings in the rope dict (then every engine "
-            f"agrees), or serve at most {fmt(limit)} tokens on {engine}.",
+            "State the pre-extension length as original_max_position_embeddings in the rope dict (then every "
+            f"engine agrees), or serve at most {fmt(limit)} tokens on {engine}.",
             engine=engine,
         )
 
@@ -400,3 +436,131 @@ def _original_length_given(ctx: LintContext) -> bool:
     entry = ctx.model.main_entry
     in_dict = entry is not None and entry.has("original_max_position_embeddings")
     return in_dict or ctx.model.text.get("original_max_position_embeddings") is not None
+
+
+@rule(
+    "RS313",
+    "sliding-window-unused",
+    family="length",
+    severity=INFO,
+    summary="`sliding_window` is declared but no layer uses it (`use_sliding_window` false, or Qwen2's "
+    "`max_window_layers` covering every layer).",
+    reference=VLLM_WINDOW_KEY_SOURCE,
+)
+def sliding_window_unused(ctx: LintContext) -> Iterator[Hit]:
+    window, text = _written_window(ctx), ctx.model.text
+    if window is None:
+        return
+    pointer = pointers.join(ctx.model.text_pointer, SLIDING_WINDOW)
+    if text.get("use_sliding_window") is False:
+        yield ctx.hit(
+            pointer,
+            f"sliding_window {fmt(window)} with use_sliding_window false: transformers' config class sets the window "
+            "to None, which is what vLLM reads (older vLLM checked use_sliding_window itself), so every layer "
+            "attends over the full context and --disable-sliding-window caps nothing",
+            "Nothing to change for transformers or vLLM; set sliding_window to null so that tools reading it "
+            "without use_sliding_window agree.",
+        )
+        return
+    layering = _no_windowed_layer(text)
+    if text.get("use_sliding_window") is True and layering is not None:
+        first_windowed, layers = layering
+        yield ctx.hit(
+            pointers.join(ctx.model.text_pointer, "max_window_layers"),
+            f"use_sliding_window is true but max_window_layers {first_windowed} >= num_hidden_layers {layers}: "
+            "transformers windows only the layers from index max_window_layers on, so none uses the "
+            f"{fmt(window)}-token window (transformers#35896)",
+            "To window layers, set max_window_layers to the number of leading full-attention layers; otherwise "
+            "set use_sliding_window to false.",
+        )
+        yield from _vllm_partial_window(ctx, first_windowed, layers)
+
+
+VLLM_QWEN2_PARTIAL_WINDOW_REFUSED = Version.parse("0.8.5")
+"""vLLM 0.7.3 and 0.8.4 refuse a Qwen2 window with max_window_layers at model init (vllm#15705, vllm#17306);
+PR #17772 lifts it (its release is not recorded here, so only versions up to 0.8.4 are flagged)."""
+
+
+def _vllm_partial_window(ctx: LintContext, first_windowed: int, layers: int) -> Iterator[Hit]:
+    if ctx.model.model_type not in ("qwen2", "qwen2_moe"):
+        return
+    for target in ctx.targets("vllm"):
+        if target.spec.may_predate(VLLM_QWEN2_PARTIAL_WINDOW_REFUSED):
+            hit = ctx.hit(
+                pointers.join(ctx.model.text_pointer, "use_sliding_window"),
+                f"vLLM up to 0.8.4 raises ValueError at model init: 'Sliding window for some but all layers is not "
+                f"supported ... max_window_layers = {first_windowed} is less than num_hidden_layers = {layers}'",
+                "Set use_sliding_window to false (transformers windows no layer here anyway), or use a vLLM with "
+                "PR #17772.",
+                engine="vllm",
+            )
+            yield replace(hit, severity=ERROR, reference="https://github.com/vllm-project/vllm/issues/17306")
+
+
+def _no_windowed_layer(text: Mapping[str, Any]) -> tuple[int, int] | None:
+    """``(max_window_layers, num_hidden_layers)`` when Qwen2's layer_types give no layer the window: layer i
+    uses it iff i >= max_window_layers, so none does when that covers every layer."""
+    first, layers = text.get("max_window_layers"), text.get("num_hidden_layers")
+    if isinstance(first, bool) or isinstance(layers, bool) or not isinstance(first, int) or not isinstance(layers, int):
+        return None
+    return (first, layers) if first >= layers else None
+
+
+def _written_window(ctx: LintContext) -> int | None:
+    """The config's ``sliding_window`` when it is one valid window (a per-layer list or an invalid value: None)."""
+    value = ctx.model.text.get(SLIDING_WINDOW)
+    if isinstance(value, list) or value is None or any(window_problems(ctx.model.text)):
+        return None
+    return int(value)
+
+
+@rule(
+    "RS314",
+    "engine-caps-length-at-window",
+    family="length",
+    severity=WARNING,
+    summary="The engine disables the sliding window and caps the served length at it (vLLM "
+    "--disable-sliding-window; Gemma-2 on vLLM 0.5.1-0.6.4).",
+    reference="https://github.com/vllm-project/vllm/issues/6220",
+)
+def engine_caps_length_at_window(ctx: LintContext) -> Iterator[Hit]:
+    for engine in ctx.targeted("vllm"):
+        length = ctx.lengths[engine]
+        cap, served = length.window_cap, ctx.served(engine)
+        if cap is None or served is None or _refused(ctx, engine):
+            continue  # a refused length is RS301's
+        full = derive_length(ctx.model, engine, ctx.tokenizer_config).derived
+        if ctx.requested is None and full is not None and full > cap.window:
+            message = (
+                f"{engine} serves at most {fmt(cap.window)} tokens: {cap.reason}, which caps max_model_len at "
+                f"sliding_window {fmt(cap.window)} below the model's {fmt(full)}{_scaling_refused(ctx)}"
+            )
+        elif served > cap.window:
+            message = (
+                f"{engine} serves {fmt(served)} tokens with the sliding window disabled ({cap.reason}): the windowed "
+                f"layers attend past the {fmt(cap.window)} tokens they were trained to see{_scaling_refused(ctx)}"
+            )
+        else:
+            continue
+        yield ctx.hit(pointers.join(ctx.model.text_pointer, SLIDING_WINDOW), message, cap.fix, engine=engine)
+
+
+@rule(
+    "RS315",
+    "sliding-window-no-effect",
+    family="length",
+    severity=INFO,
+    summary="`sliding_window` is at least `max_position_embeddings`: the window never drops a token.",
+    reference=VLLM_MAX_LEN_SOURCE,
+)
+def sliding_window_no_effect(ctx: LintContext) -> Iterator[Hit]:
+    window, limit = _written_window(ctx), ctx.model.text_value("max_position_embeddings")
+    if window is None or ctx.model.text.get("use_sliding_window") is False or not isinstance(limit, int):
+        return
+    if window >= limit:
+        yield ctx.hit(
+            pointers.join(ctx.model.text_pointer, SLIDING_WINDOW),
+            f"sliding_window {fmt(window)} >= max_position_embeddings {fmt(limit)}: every layer attends over the "
+            "whole context, so the window has no effect (and vLLM's window cap changes nothing)",
+            "Nothing to change; null would say the same.",
+        )

@@ -107,7 +107,7 @@ def mrope_layout_family_mismatch(ctx: LintContext) -> Iterator[Hit]:
     family="mrope",
     severity=WARNING,
     summary="M-RoPE with GPT-J pairing on vLLM: its Triton M-RoPE kernel is NeoX-only.",
-    reference=f"{NOTE} §1.4",
+    reference="https://github.com/vllm-project/vllm/issues/42016",
     catalogue="MRP-004",
 )
 def mrope_gptj_on_vllm(ctx: LintContext) -> Iterator[Hit]:
@@ -117,9 +117,10 @@ def mrope_gptj_on_vllm(ctx: LintContext) -> Iterator[Hit]:
     for layer_type, _ in _mrope_layers(ctx):
         yield ctx.hit(
             ctx.model.pointer(layer_type, "mrope_section"),
-            "M-RoPE with GPT-J (interleaved pairs) pairing: vLLM's Triton M-RoPE kernel has no is_neox_style branch "
-            "(from source); SGLang's fused kernel supports both",
-            "Check vLLM's native path is used for this model, or serve it with SGLang.",
+            "M-RoPE with GPT-J (interleaved pairs) pairing: vLLM's Triton M-RoPE kernel rotates NeoX halves "
+            "whatever is_neox_style says (GLM-4.1V/GLM-OCR image inputs, vllm#42016; the kernel at vLLM @055e47c "
+            "has a GPT-J branch); SGLang's fused kernel supports both",
+            "Use a vLLM whose _triton_mrope_forward takes is_neox_style (vllm#42016), or serve it with SGLang.",
             engine="vllm",
         )
 
@@ -293,7 +294,7 @@ VLLM_MROPE_AS_DEFAULT = Version.parse("0.6.3")
     family="mrope",
     severity=ERROR,
     summary='M-RoPE written as rope_type "default" with mrope_section fails vLLM before 0.6.3 at model init.',
-    reference=f"{NOTE} §1.5",
+    reference="https://github.com/vllm-project/vllm/issues/8388",
 )
 def vllm_mrope_default_type(ctx: LintContext) -> Iterator[Hit]:
     target = ctx.intent.target("vllm")

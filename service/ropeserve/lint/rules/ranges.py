@@ -8,7 +8,8 @@ from ropeserve.config.rope_types import Problem
 from ropeserve.config.rope_types.base import ProblemKind
 from ropeserve.config.rope_types.yarn import BETA_FAST as YARN_BETA_FAST
 from ropeserve.config.rope_types.yarn import BETA_SLOW as YARN_BETA_SLOW
-from ropeserve.config.validate import problems
+from ropeserve.config.validate import problems, window_problems
+from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
 from ropeserve.lint.model import MAX_HEAD_DIM
@@ -171,3 +172,20 @@ def parameter_out_of_domain(ctx: LintContext) -> Iterator[Hit]:
     for layer_type, problem in validator_problems(ctx, "range"):
         key = problem.key
         yield ctx.hit(ctx.model.pointer(layer_type, key), problem.message, f"Set {key} to the trained, positive value.")
+
+
+@rule(
+    "RS208",
+    "sliding-window-invalid",
+    family="ranges",
+    severity=ERROR,
+    summary="`sliding_window` is not a positive integer (0, negative, fractional, or not a number).",
+    reference="https://github.com/vllm-project/vllm/pull/17772",
+)
+def sliding_window_invalid(ctx: LintContext) -> Iterator[Hit]:
+    for problem in window_problems(ctx.model.text):
+        yield ctx.hit(
+            pointers.join(ctx.model.text_pointer, problem.key),
+            problem.message,
+            "Write the trained window in tokens (e.g. 4096), or null when the model has none.",
+        )
