@@ -55,6 +55,8 @@ class ModelFamily:
     positions: MropePositions | None = None
     attribute_map: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """The config class's ``attribute_map``: canonical key -> the key this family's files write (GPT-J's n_embd)."""
+    rope_keys_read: frozenset[str] = frozenset()
+    """Rope-dict keys outside the rope-type schema that this family's model class reads itself (HunYuan's ``alpha``)."""
 
 
 def _family(**kwargs: Any) -> ModelFamily:
@@ -105,6 +107,10 @@ _GPTJ = _family(attribute_map=_GPT2_STYLE_KEYS, pairing="gptj")
 _MIXFORMER = _family(attribute_map=_GPT2_STYLE_KEYS)
 _LLAMA = _family(class_defaults={"hidden_size": 4096, "num_attention_heads": 32, "max_position_embeddings": 2048})
 """LlamaConfig's defaults: a sparse ``text_config`` (llava-1.5) leaves them out."""
+_HUNYUAN = _family(rope_keys_read=frozenset({"alpha"}))
+"""HunYuan's NTK-alpha, base ``rope_theta * alpha ** (d / (d - 2))``: transformers' HunYuan classes compute it
+model-locally (``ntk_alpha``) and vLLM's DynamicNTKAlphaRotaryEmbedding was written for it; the key is outside the
+generic rope schema. ``hunyuan`` is the remote-code type of Tencent-Hunyuan-Large (alpha 1000, factor 1.0)."""
 _QWEN3_5 = _family(
     class_defaults={"partial_rotary_factor": 0.25, "head_dim": 256},
     mrope_section=(11, 11, 10),
@@ -144,6 +150,9 @@ FAMILIES: dict[str, ModelFamily] = {
     "mixformer-sequential": _MIXFORMER,
     "phi-msft": _MIXFORMER,
     "minicpm3": _family(class_defaults={"qk_rope_head_dim": 32}, head_dim_key="qk_rope_head_dim"),
+    "hunyuan": _HUNYUAN,
+    "hunyuan_v1_dense": _HUNYUAN,
+    "hunyuan_v1_moe": _HUNYUAN,
 }
 
 

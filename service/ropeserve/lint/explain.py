@@ -120,6 +120,11 @@ def explain(
 
 def _report(view: ModelView, name: str, params: RopeParams, contexts: Contexts) -> ExplainReport:
     spec = spectrum(params, contexts.requested)
+    if not all(math.isfinite(value) for value in (*spec.base, *spec.scaled)):
+        raise InvalidInput(
+            f"the {params.rope_type} scaling makes a frequency overflow float64 (a factor too close to 0)",
+            field="rope_scaling",
+        )
     axes = _axes(params, len(spec.base))
     bands = []
     for index, (base, scaled) in enumerate(zip(spec.base, spec.scaled, strict=True)):

@@ -77,3 +77,13 @@ def test_sliding_layer_and_errors() -> None:
         explain(gemma, layer_type="linear_attention")
     with pytest.raises(InvalidInput):
         explain(build_config({"config": "mistralai__Mistral-7B-Instruct-v0.3.json", "patch": {"/rope_theta": -1}}))
+
+
+@pytest.mark.parametrize("rope_type", ["linear", "yarn"])
+def test_factor_that_overflows_the_frequencies_is_refused(rope_type: str) -> None:
+    """A subnormal factor divides the frequencies into infinity: a clear InvalidInput, not ZeroDivisionError."""
+    patch = {"/rope_scaling": {"rope_type": rope_type, "factor": 5e-324}}
+    config = build_config({"config": "meta-llama__Llama-2-7b-chat-hf.json", "patch": patch})
+    with pytest.raises(InvalidInput, match="overflow") as raised:
+        explain(config)
+    assert raised.value.field == "rope_scaling"

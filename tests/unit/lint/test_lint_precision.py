@@ -19,6 +19,7 @@ QWEN3VL = "Qwen__Qwen3-VL-8B-Instruct.json"
 QWEN35 = "Qwen__Qwen3.5-0.8B.json"
 GEMMA3 = "google__gemma-3-4b-it.json"
 LLAMA2 = "meta-llama__Llama-2-7b-chat-hf.json"
+HUNYUAN = "tencent__Tencent-Hunyuan-Large.json"
 DYNAMIC_2 = {"/rope_scaling": {"type": "dynamic", "factor": 2.0}}
 
 
@@ -161,6 +162,19 @@ def test_gemma3_on_sglang_keeps_the_length_under_transformers_5() -> None:
 def test_llama_4_scaling_beta_is_a_key_engines_read() -> None:
     report = lint(real_config("mistralai__Ministral-3-8B-Instruct-2512.json"))
     assert not findings(report, "RS107")
+
+
+@pytest.mark.parametrize("intent", [None, {"engines": ["vllm"], "max_model_len": 131072}])
+def test_hunyuan_alpha_is_a_key_its_model_class_reads(intent: dict | None) -> None:
+    """Tencent-Hunyuan-Large's dynamic rope sets alpha 1000 with factor 1.0: the HunYuan classes and vLLM's
+    DynamicNTKAlphaRotaryEmbedding read alpha, so it is not an unknown key."""
+    assert not findings(lint(real_config(HUNYUAN), intent), "RS107")
+
+
+def test_alpha_on_a_family_whose_class_does_not_read_it_is_still_reported() -> None:
+    config = build_config({"config": HUNYUAN, "patch": {"/model_type": "llama"}})
+    [finding] = [f for f in lint(config).findings if f.rule.id == "RS107"]
+    assert finding.hit.pointer == "/rope_scaling/alpha" and "HunYuan" in finding.hit.message
 
 
 def test_unknown_key_next_to_it_is_still_reported() -> None:

@@ -234,7 +234,7 @@ def unknown_rope_key(ctx: LintContext) -> Iterator[Hit]:
         allowed = allowed_keys(canonical_type(entry) or "default")
         if allowed is None:
             continue
-        allowed = allowed | MODEL_READ_KEYS.keys()
+        allowed = allowed | MODEL_READ_KEYS.keys() | ctx.model.family.rope_keys_read
         for key in sorted(set(entry.data or ()) - allowed):
             why = ENGINE_ONLY_KEYS.get(key, "unknown to every engine read")
             yield ctx.hit(
