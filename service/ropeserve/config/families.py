@@ -155,6 +155,7 @@ FAMILIES: dict[str, ModelFamily] = {
     "glm": _family(class_defaults={"partial_rotary_factor": 0.5, "head_dim": 128}, pairing="gptj"),
     "cohere": _family(default_theta=500_000.0, pairing="gptj"),
     "gpt_neox": _family(class_defaults={"partial_rotary_factor": 0.25}),
+    "persimmon": _family(class_defaults={"partial_rotary_factor": 0.5}),
     "llama": _LLAMA,
     "falcon": _FALCON,
     "gptj": _GPTJ,

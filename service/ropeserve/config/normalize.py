@@ -7,8 +7,9 @@ Accepted forms, as seen in the wild (transformers 5.24 conversion rules, spec §
 - ``type`` as an alias of ``rope_type``; ``mrope`` meaning default RoPE with ``mrope_section``;
 - nested ``text_config`` / ``thinker_config.text_config`` (then the top-level rope keys are ignored, as the
   transformers wrapper configs ignore them; they only move flat hub keys into a text config they create);
-- alias keys ``rotary_emb_base`` (theta), ``rotary_pct`` / ``rope_pct`` / ``partial_rotary_factor``, explicit
-  ``head_dim`` (or ``qk_rope_head_dim`` for DeepSeek), Gemma-3's ``rope_local_base_freq`` for sliding layers;
+- alias keys ``rotary_emb_base`` / ``rope_embedding_base`` (theta, THETA_ALIASES), ``rotary_pct`` / ``rope_pct``
+  (``partial_rotary_factor``, ROTARY_FRACTION_ALIASES), explicit ``head_dim`` (or ``qk_rope_head_dim`` for
+  DeepSeek), Gemma-3's ``rope_local_base_freq`` for sliding layers;
 - explicit parameters (``from_explicit``).
 
 A value inside the rope dict beats the top-level one (``setdefault`` semantics, as transformers does).
@@ -36,6 +37,9 @@ ROPE_CONTAINERS = ("rope_scaling", "rope_parameters")
 EXPLICIT_TOP_LEVEL_KEYS = ("head_dim", "max_position_embeddings", "model_type", "original_max_position_embeddings")
 """Explicit keys placed at the config's top level; ``original_max_position_embeddings`` goes there because a
 top-level value is authoritative (a rope-dict one would lose to a class default such as Phi-3's 4096)."""
+THETA_ALIASES = ("rotary_emb_base", "rope_embedding_base")
+"""Top-level spellings of ``rope_theta``: GPT-NeoX's ``rotary_emb_base``; ``rope_embedding_base`` of the remote
+Phi3SmallConfig (Phi-3-small: 1000000), which vLLM's phi3_small model reads as the rotary base."""
 ROTARY_FRACTION_ALIASES = ("rotary_pct", "rope_pct")
 """Top-level spellings of ``partial_rotary_factor``: GPT-NeoX's ``rotary_pct``; ``rope_pct`` of the remote
 StableLMEpochConfig (stablelm-3b-4e1t, stablelm-2 first releases), which vLLM's stablelm model reads first."""
@@ -428,7 +432,7 @@ class _Resolver:
             "rope_theta",
             self.from_entry("rope_theta"),
             self.from_text("rope_theta"),
-            self.from_text("rotary_emb_base"),
+            *(self.from_text(alias) for alias in THETA_ALIASES),
             self.from_class("rope_theta"),
             ("default:family", self.family.default_theta),
         )

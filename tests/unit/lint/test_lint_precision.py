@@ -306,3 +306,15 @@ def test_model_max_length_in_config_is_the_trained_context() -> None:
     assert findings(report, "RS302") == [("vllm", "error")]
     past = lint(real_config(name), {"engines": ["transformers"], "max_model_len": 262144})
     assert findings(past, "RS309") == [(None, "error")]
+
+
+def test_persimmon_rotates_half_of_each_head() -> None:
+    """PersimmonConfig's partial_rotary_factor default (0.5); persimmon-8b-base does not write it."""
+    report = lint(real_config("adept__persimmon-8b-base.json"))
+    assert (report.model["head_dim"], report.model["rotary_dim"], report.model["rope_theta"]) == (64, 32, 25000.0)
+
+
+def test_phi3_small_rope_embedding_base_is_the_theta() -> None:
+    report = lint(real_config("microsoft__Phi-3-small-8k-instruct.json"))
+    assert report.model["rope_theta"] == 1e6
+    assert findings(report, "RS110") == [(None, "info")]

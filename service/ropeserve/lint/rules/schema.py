@@ -33,6 +33,7 @@ MODEL_READ_KEYS = {
 """Keys outside the rope-type schema that model code reads from the rope dict: not unknown (RS107 stays silent)."""
 ALIAS_KEYS = {
     "rotary_emb_base": "rope_theta",
+    "rope_embedding_base": "rope_theta",
     "rotary_pct": "partial_rotary_factor",
     "rope_pct": "partial_rotary_factor",
     "rotary_emb_fraction": "partial_rotary_factor",
