@@ -9,6 +9,7 @@ frequencies are laid out, which key holds the rotary head size, the channel pair
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
@@ -99,12 +100,28 @@ _GEMMA3_TEXT = _family(
     },
 )
 _DEEPSEEK = _family(class_defaults={"qk_rope_head_dim": 64}, head_dim_key="qk_rope_head_dim", pairing="gptj")
-_GPT2_STYLE_KEYS = {"hidden_size": "n_embd", "num_attention_heads": "n_head", "max_position_embeddings": "n_positions"}
-"""GPTJConfig / CodeGenConfig ``attribute_map``; the remote-code MixFormer configs of the first phi-1.5/phi-2
-releases write the same keys. Their ``rotary_dim`` (the rotating channels) sits next to them."""
+_GPT2_STYLE_KEYS = {
+    "hidden_size": "n_embd",
+    "num_attention_heads": "n_head",
+    "max_position_embeddings": "n_positions",
+    "num_hidden_layers": "n_layer",
+}
+"""GPT2Config / GPTJConfig / CodeGenConfig ``attribute_map``; the remote-code MixFormer configs of the first
+phi-1.5/phi-2 releases write the same keys. Their ``rotary_dim`` (the rotating channels) sits next to them."""
+REMOTE_CONFIG_KEYS = MappingProxyType(_GPT2_STYLE_KEYS)
+"""Aliases read when the file names a remote config class (``auto_map.AutoConfig``, trust_remote_code): the remote
+classes of the GPT-style releases in the corpus (phi-1.5's ``PhiConfig`` of Oct 2023 under ``model_type`` "phi",
+the first granite-code ``GraniteConfig``, Falcon's ``RWConfig``) all map these keys, and the in-library class of
+the same ``model_type`` does not apply to such a file."""
 _GPTJ = _family(attribute_map=_GPT2_STYLE_KEYS, pairing="gptj")
 """GPT-J and CodeGen rotate interleaved pairs (rotate_every_two)."""
 _MIXFORMER = _family(attribute_map=_GPT2_STYLE_KEYS)
+_FALCON = _family(
+    attribute_map={"num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
+    class_defaults={"max_position_embeddings": 2048},
+)
+"""FalconConfig: ``attribute_map`` of the RW-era keys (HF staff re-saves of falcon-7b write ``n_head``); no length
+key in the falcon-7b/40b files, the class default (2048) is their trained context."""
 _LLAMA = _family(class_defaults={"hidden_size": 4096, "num_attention_heads": 32, "max_position_embeddings": 2048})
 """LlamaConfig's defaults: a sparse ``text_config`` (llava-1.5) leaves them out."""
 _HUNYUAN = _family(rope_keys_read=frozenset({"alpha"}))
@@ -144,7 +161,9 @@ FAMILIES: dict[str, ModelFamily] = {
     "glm": _family(class_defaults={"partial_rotary_factor": 0.5, "head_dim": 128}, pairing="gptj"),
     "cohere": _family(default_theta=500_000.0, pairing="gptj"),
     "gpt_neox": _family(class_defaults={"partial_rotary_factor": 0.25}),
+    "persimmon": _family(class_defaults={"partial_rotary_factor": 0.5}),
     "llama": _LLAMA,
+    "falcon": _FALCON,
     "gptj": _GPTJ,
     "codegen": _GPTJ,
     "mixformer-sequential": _MIXFORMER,
@@ -184,6 +203,15 @@ POSITION_ALIASES: dict[str, str] = {
 """transformers modules whose ``get_rope_index``, token ids and merge size are another family's."""
 
 GENERIC = ModelFamily()
+
+
+def attribute_map_of(family: ModelFamily, section: Mapping[str, Any]) -> Mapping[str, str]:
+    """The aliases the class that loads ``section`` maps: the family's, plus REMOTE_CONFIG_KEYS when the file names
+    a remote config class (its own keys win)."""
+    auto_map = section.get("auto_map")
+    if isinstance(auto_map, Mapping) and "AutoConfig" in auto_map:
+        return {**REMOTE_CONFIG_KEYS, **family.attribute_map}
+    return family.attribute_map
 
 
 def family_of(model_type: str | None) -> ModelFamily:

@@ -7,8 +7,9 @@ Accepted forms, as seen in the wild (transformers 5.24 conversion rules, spec §
 - ``type`` as an alias of ``rope_type``; ``mrope`` meaning default RoPE with ``mrope_section``;
 - nested ``text_config`` / ``thinker_config.text_config`` (then the top-level rope keys are ignored, as the
   transformers wrapper configs ignore them; they only move flat hub keys into a text config they create);
-- alias keys ``rotary_emb_base`` (theta), ``rotary_pct`` / ``partial_rotary_factor``, explicit ``head_dim``
-  (or ``qk_rope_head_dim`` for DeepSeek), Gemma-3's ``rope_local_base_freq`` for sliding layers;
+- alias keys ``rotary_emb_base`` / ``rope_embedding_base`` (theta, THETA_ALIASES), ``rotary_pct`` / ``rope_pct``
+  (``partial_rotary_factor``, ROTARY_FRACTION_ALIASES), explicit ``head_dim`` (or ``qk_rope_head_dim`` for
+  DeepSeek), Gemma-3's ``rope_local_base_freq`` for sliding layers;
 - explicit parameters (``from_explicit``).
 
 A value inside the rope dict beats the top-level one (``setdefault`` semantics, as transformers does).
@@ -22,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ropeserve.config.families import ModelFamily, Pairing, family_of
+from ropeserve.config.families import ModelFamily, Pairing, attribute_map_of, family_of
 from ropeserve.config.jsonsafe import INT64_MAX, check_json_numbers
 from ropeserve.config.params import FIELD_NAMES, RopeParams
 from ropeserve.config.rope_types import ALIASES, ROPE_TYPES, RopeType, lookup
@@ -36,6 +37,12 @@ ROPE_CONTAINERS = ("rope_scaling", "rope_parameters")
 EXPLICIT_TOP_LEVEL_KEYS = ("head_dim", "max_position_embeddings", "model_type", "original_max_position_embeddings")
 """Explicit keys placed at the config's top level; ``original_max_position_embeddings`` goes there because a
 top-level value is authoritative (a rope-dict one would lose to a class default such as Phi-3's 4096)."""
+THETA_ALIASES = ("rotary_emb_base", "rope_embedding_base")
+"""Top-level spellings of ``rope_theta``: GPT-NeoX's ``rotary_emb_base``; ``rope_embedding_base`` of the remote
+Phi3SmallConfig (Phi-3-small: 1000000), which vLLM's phi3_small model reads as the rotary base."""
+ROTARY_FRACTION_ALIASES = ("rotary_pct", "rope_pct")
+"""Top-level spellings of ``partial_rotary_factor``: GPT-NeoX's ``rotary_pct``; ``rope_pct`` of the remote
+StableLMEpochConfig (stablelm-3b-4e1t, stablelm-2 first releases), which vLLM's stablelm model reads first."""
 EXPLICIT_ONLY_KEYS = frozenset({"rotary_dim", *EXPLICIT_TOP_LEVEL_KEYS})
 """Keys an explicit ``rope`` object may hold besides its rope type's own (``schema.allowed_keys``)."""
 
@@ -186,10 +193,11 @@ def _explicit_field(field: str | None, rotary_dim_given: bool) -> str:
 
 def complete_text(text: Mapping[str, Any], pointer: str, family: ModelFamily) -> tuple[dict[str, Any], dict[str, str]]:
     """``text`` completed as the model's config class completes it: keys written under ``attribute_map``
-    aliases (GPT-J's ``n_embd``) and a top-level ``rotary_dim`` as ``partial_rotary_factor``. Returns the
-    completed section and the pointers it filled -> where the value really came from (``/n_embd``)."""
+    aliases (GPT-J's ``n_embd``; a remote config class's, see ``attribute_map_of``) and a top-level
+    ``rotary_dim`` as ``partial_rotary_factor``. Returns the completed section and the pointers it filled -> where
+    the value really came from (``/n_embd``)."""
     completed, filled = dict(text), {}
-    for key, alias in family.attribute_map.items():
+    for key, alias in attribute_map_of(family, text).items():
         if key not in text and alias in text:
             completed[key], filled[f"{pointer}/{key}"] = text[alias], f"{pointer}/{alias}"
     factor = _rotary_dim_factor(completed)
@@ -203,7 +211,7 @@ def _rotary_dim_factor(text: Mapping[str, Any]) -> float | None:
     """``partial_rotary_factor`` for a top-level ``rotary_dim`` (GPT-J, CodeGen, MixFormer), when the head size
     is known from ``head_dim`` or ``hidden_size / num_attention_heads`` and the width fits it; else None."""
     rotary_dim = _positive_int(text.get("rotary_dim"))
-    if "partial_rotary_factor" in text or "rotary_pct" in text or rotary_dim is None:
+    if rotary_dim is None or any(key in text for key in ("partial_rotary_factor", *ROTARY_FRACTION_ALIASES)):
         return None
     head_dim = _positive_int(text.get("head_dim"))
     if head_dim is None:
@@ -377,7 +385,7 @@ class _Resolver:
                     "partial_rotary_factor",
                     self.from_entry("partial_rotary_factor"),
                     self.from_text("partial_rotary_factor"),
-                    self.from_text("rotary_pct"),
+                    *(self.from_text(alias) for alias in ROTARY_FRACTION_ALIASES),
                     self.from_class("partial_rotary_factor"),
                     ("default", 1.0),
                 ),
@@ -428,7 +436,7 @@ class _Resolver:
             "rope_theta",
             self.from_entry("rope_theta"),
             self.from_text("rope_theta"),
-            self.from_text("rotary_emb_base"),
+            *(self.from_text(alias) for alias in THETA_ALIASES),
             self.from_class("rope_theta"),
             ("default:family", self.family.default_theta),
         )

@@ -462,11 +462,16 @@ def position_capacity(view: ModelView) -> int | None:
 
     ``max_position_embeddings``, except yarn (``original x factor`` when larger) and linear/dynamic scaling
     of an unscaled length (``max_position_embeddings x factor``; Gemma-3 stores the scaled length already).
+    A larger ``model_max_length`` written in config.json itself is the author's statement of the trained context
+    (Command-R v01: 131,072 next to max_position_embeddings 8,192, reached by rope_theta 8e6 alone).
     """
     main = view.main
     limit = finite_positive(main.max_position_embeddings) if main is not None else None
     if main is None or limit is None:
         return None
+    declared = finite_positive(view.text.get("model_max_length"))
+    if declared is not None and limit < declared < TOKENIZER_SENTINEL:
+        limit = declared
     limit, factor = int(limit), effective_factor(main)
     original = finite_positive(main.original_max_position_embeddings)
     rule = _length_rule(main)

@@ -274,3 +274,72 @@ def test_gpt_j_keys_and_pairing_come_from_the_family_table() -> None:
     report = lint(config, {"engines": ["vllm"], "pairing": "gptj"})
     assert (report.model["head_dim"], report.model["rotary_dim"], report.model["pairing"]) == (80, 32, "gptj")
     assert not errors(report) and not findings(report, "RS601")
+
+
+# --- corpus-a configs: class attribute maps, remote config classes, class default lengths ------------------------
+
+FALCON_7B = "tiiuae__falcon-7b.resave.json"
+FALCON_40B = "tiiuae__falcon-40b.json"
+PHI_15_REMOTE = "habanoz__phi-1_5-lr-5-3epch-airoboros3.1-1k-instruct-V1.json"
+GRANITE_CODE = "ibm-granite__granite-3b-code-base.pr1.json"
+
+
+def test_falcon_n_head_and_n_layer_are_falconconfig_aliases() -> None:
+    report = lint(real_config(FALCON_7B))
+    assert not findings(report, "RS100"), report.to_text()
+    assert (report.model["head_dim"], report.model["rotary_dim"]) == (64, 64)
+
+
+def test_falcon_without_length_key_gets_the_class_default() -> None:
+    assert not findings(lint(real_config(FALCON_40B)), "RS307")
+    unknown_class = build_config({"config": FALCON_40B, "patch": {"/model_type": "some_remote_type"}})
+    assert findings(lint(unknown_class), "RS307") == [(None, "warning")]
+
+
+@pytest.mark.parametrize(("name", "head_dim", "rotary_dim"), [(PHI_15_REMOTE, 64, 32), (GRANITE_CODE, 80, 80)])
+def test_remote_config_class_reads_gpt_style_keys(name: str, head_dim: int, rotary_dim: int) -> None:
+    report = lint(real_config(name))
+    assert not findings(report, "RS100"), report.to_text()
+    assert (report.model["head_dim"], report.model["rotary_dim"]) == (head_dim, rotary_dim)
+
+
+def test_gpt_style_keys_without_a_remote_config_class_stay_unreadable() -> None:
+    """The in-library GraniteConfig has no n_embd alias: without auto_map the file cannot be read."""
+    config = build_config({"config": GRANITE_CODE, "patch": {"/auto_map": DELETE}})
+    [finding] = [f for f in lint(config).findings if f.rule.id == "RS100"]
+    assert finding.severity.label == "error"
+
+
+def test_stablelm_epoch_rope_pct_is_the_rotary_fraction() -> None:
+    report = lint(real_config("stabilityai__stablelm-2-12b-chat.json"))
+    assert (report.model["head_dim"], report.model["rotary_dim"]) == (160, 40)
+
+
+def test_yarn_finetuned_key_of_the_yarn_release_is_not_unknown() -> None:
+    name = "NousResearch__Yarn-Llama-2-13b-64k.json"
+    assert not findings(lint(real_config(name)), "RS107")
+    config = build_config({"config": name, "patch": {"/rope_scaling/finetune": True}})
+    [finding] = [f for f in lint(config).findings if f.rule.id == "RS107"]
+    assert finding.hit.pointer == "/rope_scaling/finetune"
+
+
+def test_model_max_length_in_config_is_the_trained_context() -> None:
+    """Command-R v01 writes max_position_embeddings 8192 and model_max_length 131072 (its card: 128K)."""
+    name = "Aratako__c4ai-command-r-v01-japanese-instruct.json"
+    report = lint(real_config(name), {"engines": ["transformers", "vllm"], "max_model_len": 131072})
+    assert not findings(report, "RS309")
+    assert findings(report, "RS302") == [("vllm", "error")]
+    past = lint(real_config(name), {"engines": ["transformers"], "max_model_len": 262144})
+    assert findings(past, "RS309") == [(None, "error")]
+
+
+def test_persimmon_rotates_half_of_each_head() -> None:
+    """PersimmonConfig's partial_rotary_factor default (0.5); persimmon-8b-base does not write it."""
+    report = lint(real_config("adept__persimmon-8b-base.json"))
+    assert (report.model["head_dim"], report.model["rotary_dim"], report.model["rope_theta"]) == (64, 32, 25000.0)
+
+
+def test_phi3_small_rope_embedding_base_is_the_theta() -> None:
+    report = lint(real_config("microsoft__Phi-3-small-8k-instruct.json"))
+    assert report.model["rope_theta"] == 1e6
+    assert findings(report, "RS110") == [(None, "info")]

@@ -27,11 +27,15 @@ ENGINE_ONLY_KEYS = {
 }
 MODEL_READ_KEYS = {
     "llama_4_scaling_beta": "Llama-4 attention temperature; transformers (Ministral 3, Mistral 4) and vLLM read it",
+    "finetuned": "the YaRN release's remote model code (modeling_llama_together_yarn, named by auto_map) reads it; "
+    "true means the weights were fine-tuned at this factor, which is the static YaRN engines serve",
 }
 """Keys outside the rope-type schema that model code reads from the rope dict: not unknown (RS107 stays silent)."""
 ALIAS_KEYS = {
     "rotary_emb_base": "rope_theta",
+    "rope_embedding_base": "rope_theta",
     "rotary_pct": "partial_rotary_factor",
+    "rope_pct": "partial_rotary_factor",
     "rotary_emb_fraction": "partial_rotary_factor",
     "rotary_dim": "partial_rotary_factor (= rotary_dim / head_dim)",
 }
