@@ -34,6 +34,7 @@ from ropeserve.api.problems import declare_common_problems, install_problem_hand
 from ropeserve.api.runtime import Runtime
 from ropeserve.api.tracing import install_tracing
 from ropeserve.config import from_explicit
+from ropeserve.kernels.threads import serial_torch_in_this_thread
 from ropeserve.rope import rope_cos_sin
 from ropeserve.settings import Settings, get_settings
 
@@ -72,6 +73,7 @@ def begin_drain(runtime: Runtime) -> None:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     runtime: Runtime = app.state.runtime
     runtime.draining = False
+    serial_torch_in_this_thread()  # the event loop's small inline work never waits on an OpenMP team
     for start in runtime.startups:
         await start(runtime)
     warm_up(runtime)
@@ -98,13 +100,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_docs(app)
     app.state.runtime = runtime
+    for router in ROUTERS:  # matched in this order: the small JSON requests first, they feel its cost most
+        app.include_router(router)
     routes_rotation.install(app)
     routes_shm.install(app)
     runtime.metrics.build_info.labels(
         version=__version__, device=str(runtime.device), kernel=str(runtime.extensions.get("kernel", "native"))
     ).set(1)
-    for router in ROUTERS:
-        app.include_router(router)
     declare_common_problems(app)
     install_problem_handlers(app)
     configure_access_log(settings.access_log)
