@@ -125,7 +125,8 @@ class DirectCall:
         arguments: dict[str, Any] = {self.body_name: body}
         if self.request_name is not None:
             arguments[self.request_name] = request
-        overrides = getattr(self.route.dependency_overrides_provider, "dependency_overrides", {})
+        provider = self.route.dependency_overrides_provider or request.app  # the app, when included in one
+        overrides = getattr(provider, "dependency_overrides", {})
         for name, dependency in self.dependencies.items():
             value = overrides.get(dependency, dependency)(request)
             arguments[name] = await value if inspect.isawaitable(value) else value

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import Field
 
+from ropeserve.api.docs import operation_id
 from ropeserve.api.fast_json import FastJSONResponse
 from ropeserve.api.inline import INLINE_MAX_BODY_BYTES, run_sized
 from ropeserve.api.json_route import JSONRoute
@@ -15,7 +16,7 @@ from ropeserve.api.runtime import Runtime, RuntimeDep
 from ropeserve.api.schemas import StrictModel
 from ropeserve.lint import validate_config_request
 
-router = APIRouter(tags=["lint"], route_class=JSONRoute)
+router = APIRouter(tags=["lint"], route_class=JSONRoute, generate_unique_id_function=operation_id)
 REPORT_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": True}
 """The report's keys are documented in docs/lint.md (findings, engines' derived lengths, numerics)."""
 
