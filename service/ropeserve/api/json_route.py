@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,7 +177,7 @@ class JSONRoute(APIRoute):
     """Route class of the JSON endpoints: ``DirectCall`` when the endpoint has their shape, else FastAPI's
     handler given a ``ThreadedJSONRequest``."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         direct = DirectCall.of(self)
         if direct is not None:
             return direct.handle
