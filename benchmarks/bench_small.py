@@ -3,11 +3,14 @@
     .venv/bin/python benchmarks/bench_small.py [--rounds N] [--requests N] [--connections N]
 
 Two uvicorn processes on 127.0.0.1 (free ports, uvloop + httptools, access log off, one worker each):
-``ropeserve serve``, and a bare FastAPI app whose route reads the same body, parses it as JSON and answers bytes of the
-same size (ropeserve's own answer, captured first). A keep-alive load generator (asyncio, raw sockets,
-``--connections`` connections, a bounded number of requests) drives each endpoint on both servers, alternating
-bare and ropeserve within each round so that machine noise hits both; the printed ratio is the median of
-the per-round ratios of requests per second (ropeserve / bare; goal >= 70%). Then the server time of a
+``ropeserve serve``, and a bare FastAPI app with two routes per endpoint, both taking the same body:
+- the JSON echo (the issue's reference): FastAPI parses the body as JSON and the route returns a Python value of
+  the same JSON shape and size as ropeserve's answer (captured first), which FastAPI serialises natively;
+- the floor: the route parses the body and answers ropeserve's answer as stored bytes (no encoding at all).
+A keep-alive load generator (asyncio, raw sockets, ``--connections`` connections, a bounded number of requests)
+drives each endpoint on the three routes, interleaved within each round so that machine noise hits all of them;
+the printed ratios are the medians of the per-round ratios of requests per second (ropeserve / echo: goal >= 70%;
+ropeserve / floor: what is left above a server that does no work at all). Then the server time of a
 16-position cos/sin (``x-total-time``, measured by ropeserve's middleware; goal < 1 ms) over sequential
 requests, and the JSON encoders measured on the cos/sin answer.
 """
@@ -28,8 +31,9 @@ import time
 import timeit
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Request
+from fastapi import Body, FastAPI, Request
 from fastapi.responses import Response
 
 CONFIG = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "configs" / "Qwen__Qwen2.5-7B-Instruct.json"
@@ -60,17 +64,23 @@ ENDPOINTS: dict[str, tuple[str, str, object]] = {
 
 
 def bare_app(answers_dir: str):  # noqa: ANN201 - uvicorn app
-    """FastAPI with the same shapes: GET answers a small JSON object; POST /echo/{n} parses the body and answers
-    the stored bytes of endpoint n (ropeserve's answer, so the size is the same)."""
+    """FastAPI with the same shapes. GET: a small JSON object. POST /echo/{n}: FastAPI parses the body and the
+    route returns endpoint n's answer as Python values (ropeserve's answer, parsed: the same JSON once FastAPI
+    serialises it). POST /stored/{n}: parses the body, answers the stored bytes."""
     app = FastAPI()
     answers = {path.name: path.read_bytes() for path in Path(answers_dir).iterdir()}
+    values = {name: json.loads(answer) for name, answer in answers.items()}
 
     @app.get("/health/live")
     async def live() -> dict[str, str]:
         return {"status": "live"}
 
     @app.post("/echo/{name}")
-    async def echo(name: str, request: Request) -> Response:
+    async def echo(name: str, body: Annotated[Any, Body()]) -> Any:  # noqa: ANN401 - any JSON, like the endpoints' answers
+        return values[name]
+
+    @app.post("/stored/{name}")
+    async def stored(name: str, request: Request) -> Response:
         json.loads(await request.body())
         return Response(answers[name], media_type="application/json")
 
@@ -188,16 +198,23 @@ async def _server_times(port: int, raw: bytes, count: int) -> list[float]:
 # --- report --------------------------------------------------------------------------------------------------------
 
 
-def capture_answers(port: int, answers_dir: Path) -> dict[str, bytes]:
-    """Ropeserve's answers (stored for the bare app) and the request bytes for each side."""
-    requests: dict[str, tuple[bytes, bytes]] = {}
+SIDES = ("echo", "floor", "ropeserve")
+
+
+def capture_answers(port: int, answers_dir: Path) -> dict[str, tuple[dict[str, bytes], int]]:
+    """Ropeserve's answers (stored for the bare app), and per endpoint the request bytes of each side."""
+    requests: dict[str, tuple[dict[str, bytes], int]] = {}
     for index, (name, (method, path, body)) in enumerate(ENDPOINTS.items()):
         raw = request_bytes(method, path, body)
         _, answer = asyncio.run(_one(port, raw))
         (answers_dir / str(index)).write_bytes(answer)
-        bare_path = path if method == "GET" else f"/echo/{index}"
-        requests[name] = (raw, request_bytes(method, bare_path, body), len(answer))  # type: ignore[assignment]
-    return requests  # type: ignore[return-value]
+        bare = {
+            side: path if method == "GET" else f"/{route}/{index}"
+            for side, route in (("echo", "echo"), ("floor", "stored"))
+        }
+        sides = {side: request_bytes(method, bare[side], body) for side in ("echo", "floor")}
+        requests[name] = ({**sides, "ropeserve": raw}, len(answer))
+    return requests
 
 
 def encoder_figures(answer: bytes) -> None:
@@ -244,26 +261,28 @@ def main() -> None:
         with server("bare", answers_dir) as bare:
             print(f"{args.rounds} rounds x {args.requests} requests per side, {args.connections} connections")
             print(
-                f"  {'endpoint':26s} {'answer':>8s} {'bare req/s':>11s} {'ropeserve':>10s} {'ratio':>7s} {'range':>13s}"
+                f"  {'endpoint':26s} {'answer':>8s} {'echo req/s':>11s} {'floor':>7s} {'ropeserve':>10s} "
+                f"{'/ echo':>7s} {'range':>10s} {'/ floor':>8s}"
             )
-            for name, (ours_raw, bare_raw, size) in requests.items():
+            ports = {"echo": bare, "floor": bare, "ropeserve": ours}
+            for name, (raws, size) in requests.items():
                 if args.only and args.only not in name:
                     continue
-                rate(bare, bare_raw, 50, 4), rate(ours, ours_raw, 50, 4)  # warm both
+                for side in SIDES:  # warm every route
+                    rate(ports[side], raws[side], 50, 4)
                 rounds = [
-                    (
-                        rate(bare, bare_raw, args.requests, args.connections),
-                        rate(ours, ours_raw, args.requests, args.connections),
-                    )
+                    {side: rate(ports[side], raws[side], args.requests, args.connections) for side in SIDES}
                     for _ in range(args.rounds)
                 ]
-                ratios = [ropeserve / reference for reference, ropeserve in rounds]
+                echo = [r["ropeserve"] / r["echo"] for r in rounds]
+                floor = [r["ropeserve"] / r["floor"] for r in rounds]
+                medians = {side: statistics.median(r[side] for r in rounds) for side in SIDES}
                 print(
-                    f"  {name:26s} {size / 1000:6.1f}kB {statistics.median(r[0] for r in rounds):11.0f} "
-                    f"{statistics.median(r[1] for r in rounds):10.0f} {statistics.median(ratios):6.0%} "
-                    f"{min(ratios):6.0%}-{max(ratios):.0%}"
+                    f"  {name:26s} {size / 1000:6.1f}kB {medians['echo']:11.0f} {medians['floor']:7.0f} "
+                    f"{medians['ropeserve']:10.0f} {statistics.median(echo):7.0%} "
+                    f"{min(echo):4.0%}-{max(echo):.0%} {statistics.median(floor):8.0%}"
                 )
-        cos_sin = requests["cos/sin 16 x 128"][0]
+        cos_sin = requests["cos/sin 16 x 128"][0]["ropeserve"]
         times = asyncio.run(_server_times(ours, cos_sin, 300))[50:]
         print(
             f"\nserver time of a 16-position cos/sin (x-total-time, sequential): median "

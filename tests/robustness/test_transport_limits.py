@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load
 from served import Served, serving
 
-from ropeserve.api import negotiation
+from ropeserve.api import json_route
 from ropeserve.settings import JSON_MEMORY_FACTOR
 from ropeserve_client.testing import LocalServer
 from support import (
@@ -220,15 +220,15 @@ def test_json_bodies_have_their_own_cap() -> None:
 def test_probes_answer_while_a_big_json_body_is_being_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
     """The parse of a large body is held open (a slow parser); the probe must not wait for it."""
     parsing, release = threading.Event(), threading.Event()
-    real_decode = negotiation.decode_json
+    real_decode = json_route.decode_json
 
     def slow_decode(body: bytes) -> object:
-        if len(body) >= negotiation.JSON_THREAD_MIN_BYTES:
+        if len(body) >= json_route.JSON_THREAD_MIN_BYTES:
             parsing.set()
             release.wait(30)
         return real_decode(body)
 
-    monkeypatch.setattr(negotiation, "decode_json", slow_decode)
+    monkeypatch.setattr(json_route, "decode_json", slow_decode)
     outcome: list[int] = []
     big = json.dumps({"rope": ROPE, "positions": list(range(100_000))}).encode()
     headers = {**JSON, "accept": "application/x-safetensors"}

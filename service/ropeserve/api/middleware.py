@@ -16,11 +16,12 @@ import asyncio
 import hashlib
 import hmac
 import logging
+import os
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from prometheus_client import Counter, Histogram
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -184,12 +185,15 @@ class ServiceMiddleware:
     ) -> None:
         self.app, self.settings, self.metrics = app, settings, metrics
         self.budget, self.draining = budget, draining
+        self.series: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+        """(requests, request_duration) children per (route, method, status): labels() costs more than the
+        update. Bounded as the labels are: route templates or ``unmatched``, ``METRIC_METHODS`` or ``other``."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = _header(scope, b"x-request-id") or uuid.uuid4().hex
+        request_id = _header(scope, b"x-request-id") or os.urandom(16).hex()
         scope.setdefault("state", {})["request_id"] = request_id
         claim = self.budget.claim()
         scope["state"]["body_claim"] = claim
@@ -237,12 +241,22 @@ class ServiceMiddleware:
             return too_large(declared, limit)
         return None
 
+    def _series(self, route: str, method: str, status: int) -> tuple[Counter, Histogram]:
+        key = (route, method, status)
+        if (children := self.series.get(key)) is None:
+            labels = {"route": route, "method": method, "status": str(status)}
+            children = self.series[key] = (
+                self.metrics.requests.labels(**labels),
+                self.metrics.request_duration.labels(**labels),
+            )
+        return children
+
     def _record(self, scope: Scope, status: int, seconds: float, request_id: str) -> None:
         route = getattr(scope.get("route"), "path", None) or "unmatched"
         method = scope.get("method", "")
-        labels = {"route": route, "method": method if method in METRIC_METHODS else "other", "status": str(status)}
-        self.metrics.requests.labels(**labels).inc()
-        self.metrics.request_duration.labels(**labels).observe(seconds)
+        requests, duration = self._series(route, method if method in METRIC_METHODS else "other", status)
+        requests.inc()
+        duration.observe(seconds)
         error_type = scope.get("state", {}).get("error_type")
         if status >= 400:
             self.metrics.errors.labels(error_type=error_type or "http-error", status=str(status)).inc()

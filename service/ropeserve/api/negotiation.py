@@ -8,11 +8,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from fastapi import Request
 from fastapi.responses import Response
-from fastapi.routing import APIRoute
-from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
 from ropeserve.api.fast_json import FastJSONResponse
@@ -36,11 +35,6 @@ TRANSPORT_HIGH_WATER_BYTES = 1 << 16
 """The transport's write-buffer high-water mark: asyncio's and uvloop's default, pinned by ``ropeserve serve``."""
 TAIL_COPY_BYTES = 4 * TRANSPORT_HIGH_WATER_BYTES
 """The last bytes of a safetensors answer are sent as a copy of this size (see ``SafetensorsResponse``)."""
-
-JSON_THREAD_MIN_BYTES = 1 << 16
-"""JSON bodies of this size and more are parsed in a worker thread (``JSONInThreadRoute``)."""
-decode_json = json.loads
-"""The JSON parser of request bodies (a module attribute, so tests can slow it down)."""
 
 TENSOR_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
@@ -103,31 +97,6 @@ def split_tail(chunks: Iterable[bytes | memoryview], tail_bytes: int) -> tuple[l
     return head, b"".join(tail)
 
 
-class ThreadedJSONRequest(Request):
-    """A request whose JSON body, from ``JSON_THREAD_MIN_BYTES`` up, is parsed in a worker thread: the event
-    loop serves other requests (probes included) meanwhile. The body size is capped before (``max_json_body_bytes``
-    in ``api.middleware``), which also bounds the time the parser holds the GIL."""
-
-    async def json(self) -> Any:
-        if not hasattr(self, "_json"):
-            body = await self.body()
-            small = len(body) < JSON_THREAD_MIN_BYTES
-            self._json = decode_json(body) if small else await run_in_threadpool(decode_json, body)
-        return self._json
-
-
-class JSONInThreadRoute(APIRoute):
-    """Route class of the JSON endpoints: hands FastAPI a ``ThreadedJSONRequest``."""
-
-    def get_route_handler(self) -> Callable[[Request], Any]:
-        handler = super().get_route_handler()
-
-        async def handle(request: Request) -> Response:
-            return await handler(ThreadedJSONRequest(request.scope, request.receive))
-
-        return handle
-
-
 async def read_safetensors_request(
     request: Request,
     settings: Settings,
@@ -172,6 +141,20 @@ def media_type_of(content_type: str | None) -> str:
     return (content_type or "").split(";")[0].strip().lower()
 
 
+def json_array(name: str, tensor: torch.Tensor) -> np.ndarray | int | float:
+    """``tensor`` for the JSON encoder: a C-contiguous float64 (floats) or int64 array, a number for a 0-d tensor;
+    a non-finite float (JSON cannot carry it) is a 422 naming the tensor."""
+    wide = tensor.detach().cpu().to(torch.float64 if tensor.is_floating_point() else torch.int64).contiguous()
+    array = wide.numpy()
+    if tensor.is_floating_point() and not bool(np.isfinite(array).all()):
+        raise InvalidInput(
+            f"'{name}' has non-finite values for these parameters (JSON cannot carry them); "
+            "check the inputs, or ask for application/x-safetensors",
+            field=name,
+        )
+    return array.item() if array.ndim == 0 else array
+
+
 def wants_safetensors(request: Request, binary_default: bool = False) -> bool:
     """Safetensors when Accept names it; with ``binary_default`` also unless Accept asks for JSON only."""
     accept = request.headers.get("accept", "").lower()
@@ -207,13 +190,7 @@ def tensor_response(
             field="accept",
             limit=json_max_elements,
         )
-    payload = dict(meta)
+    payload: dict[str, Any] = dict(meta)
     for name, tensor in tensors.items():
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            raise InvalidInput(
-                f"'{name}' has non-finite values for these parameters (JSON cannot carry them); "
-                "check the inputs, or ask for application/x-safetensors",
-                field=name,
-            )
-        payload[name] = tensor.detach().cpu().to(torch.float64 if tensor.is_floating_point() else torch.int64).tolist()
+        payload[name] = json_array(name, tensor)
     return FastJSONResponse(payload)

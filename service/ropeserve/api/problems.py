@@ -12,7 +12,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
-from ropeserve.errors import PROBLEM_BASE_URI, ServiceError, UnsupportedMediaType
+from ropeserve.api.json_route import content_type_error
+from ropeserve.errors import PROBLEM_BASE_URI, ServiceError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 PROBE_PATHS = frozenset({"/health", "/health/live", "/health/ready", "/metrics"})
@@ -130,15 +131,6 @@ def _unparsed_body(errors: Sequence[Mapping[str, Any]]) -> bool:
     return any(tuple(e.get("loc", ())) == ("body",) and isinstance(e.get("input"), bytes | bytearray) for e in errors)
 
 
-def _content_type_error(request: Request) -> UnsupportedMediaType:
-    given = request.headers.get("content-type")
-    return UnsupportedMediaType(
-        "send the body as JSON with 'Content-Type: application/json' "
-        + (f"(got {given!r})" if given else "(the request had no Content-Type)"),
-        field="content-type",
-    )
-
-
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
@@ -150,7 +142,7 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         detail = _json_syntax_detail(first, exc.body)
         return problem_response(_generic_problem(400, "malformed-payload", "Malformed payload", detail, "body"))
     if _unparsed_body(errors):
-        return await _service_error(request, _content_type_error(request))
+        return await _service_error(request, content_type_error(request))
     request.state.error_type = "invalid-input"
     body = _generic_problem(422, "invalid-input", "Invalid input", detail, field)
     return problem_response(body)

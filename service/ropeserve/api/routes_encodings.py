@@ -19,7 +19,9 @@ from fastapi.responses import Response
 from pydantic import Field, model_validator
 from starlette.concurrency import run_in_threadpool
 
-from ropeserve.api.negotiation import TENSOR_RESPONSES, JSONInThreadRoute, read_safetensors_request, tensor_response
+from ropeserve.api.docs import operation_id
+from ropeserve.api.json_route import JSONRoute
+from ropeserve.api.negotiation import TENSOR_RESPONSES, read_safetensors_request, tensor_response
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.runtime import Runtime, RuntimeDep
 from ropeserve.api.schemas import DTYPES, DtypeName, Int64, PositionRange, StrictModel, positions_tensor
@@ -41,7 +43,7 @@ from ropeserve.encodings import (
 from ropeserve.errors import InvalidInput, check_limit
 from ropeserve.serving.codec import METADATA_KEY
 
-router = APIRouter(tags=["position encodings"], route_class=JSONInThreadRoute)
+router = APIRouter(tags=["position encodings"], route_class=JSONRoute, generate_unique_id_function=operation_id)
 MAX_POSITION = 2**40
 """Largest position or offset: angles stay exact in float64 and position + offset far from int64 overflow."""
 Position = Annotated[int, Field(ge=0, le=MAX_POSITION)]

@@ -11,13 +11,14 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ropeserve import __version__
+from ropeserve.api.docs import operation_id
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.runtime import Runtime, RuntimeDep
 from ropeserve.config import preset_catalog
 from ropeserve.errors import NotReady
 from ropeserve.rope import LAYOUTS, PAIRINGS, ROPE_TYPES
 
-router = APIRouter(tags=["operations"])
+router = APIRouter(tags=["operations"], generate_unique_id_function=operation_id)
 
 
 @router.get("/health/live", summary="Liveness: the process answers")

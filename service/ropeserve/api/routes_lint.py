@@ -5,15 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.responses import Response
 from pydantic import Field
 
+from ropeserve.api.docs import operation_id
+from ropeserve.api.fast_json import FastJSONResponse
 from ropeserve.api.inline import INLINE_MAX_BODY_BYTES, run_sized
-from ropeserve.api.negotiation import JSONInThreadRoute
+from ropeserve.api.json_route import JSONRoute
 from ropeserve.api.runtime import Runtime, RuntimeDep
 from ropeserve.api.schemas import StrictModel
 from ropeserve.lint import validate_config_request
 
-router = APIRouter(tags=["lint"], route_class=JSONInThreadRoute)
+router = APIRouter(tags=["lint"], route_class=JSONRoute, generate_unique_id_function=operation_id)
+REPORT_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": True}
+"""The report's keys are documented in docs/lint.md (findings, engines' derived lengths, numerics)."""
 
 
 class ValidateRequest(StrictModel):
@@ -35,15 +40,17 @@ class ValidateRequest(StrictModel):
     description="Returns findings (rule id, severity, JSON pointer, message, fix, reference), the maximum length "
     "and rope cache rows each target engine derives, and cos/sin numerics for the dtype. Problems in the config "
     "are findings (200); only a malformed request is a 422. Rules: docs/lint.md.",
+    response_class=Response,
+    responses={200: {"description": "The lint report.", "content": {"application/json": {"schema": REPORT_SCHEMA}}}},
 )
-async def validate_config(body: ValidateRequest, request: Request, runtime: RuntimeDep) -> dict[str, Any]:
+async def validate_config(body: ValidateRequest, request: Request, runtime: RuntimeDep) -> Response:
     declared = request.headers.get("content-length", "")
     size = int(declared) if declared.isdigit() else INLINE_MAX_BODY_BYTES + 1
     return await run_sized(size, lambda: _validate(body, runtime), INLINE_MAX_BODY_BYTES)
 
 
-def _validate(body: ValidateRequest, runtime: Runtime) -> dict[str, Any]:
+def _validate(body: ValidateRequest, runtime: Runtime) -> Response:
     report = validate_config_request(body.model_dump(exclude_none=True))
     for finding in report["findings"]:
         runtime.metrics.lint_findings.labels(rule=finding["rule"], severity=finding["severity"]).inc()
-    return report
+    return FastJSONResponse(report)

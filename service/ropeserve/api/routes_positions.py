@@ -11,8 +11,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
+from ropeserve.api.docs import operation_id
 from ropeserve.api.inline import run_sized, total
-from ropeserve.api.negotiation import TENSOR_RESPONSES, JSONInThreadRoute, tensor_response
+from ropeserve.api.json_route import JSONRoute
+from ropeserve.api.negotiation import TENSOR_RESPONSES, tensor_response
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.runtime import Runtime, RuntimeDep
 from ropeserve.api.schemas import (
@@ -57,7 +59,7 @@ def check_decode_size(cache_lengths: list[int], num_new: int, limit: int) -> Non
 
 VISION_HEAD_DIM_MIN = 4
 """Smallest vision head size: the 2-D rotary splits it into (h, w) halves of cos/sin pairs."""
-router = APIRouter(tags=["positions"], route_class=JSONInThreadRoute)
+router = APIRouter(tags=["positions"], route_class=JSONRoute, generate_unique_id_function=operation_id)
 ERRORS = problem_responses(406, 413, 422)
 IntMatrix = list[list[Int64]]
 Compat = Literal["transformers5", "transformers4", "vllm", "sglang"]

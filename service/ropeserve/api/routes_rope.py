@@ -8,8 +8,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import Field
 
+from ropeserve.api.docs import operation_id
 from ropeserve.api.inline import run_sized
-from ropeserve.api.negotiation import TENSOR_RESPONSES, JSONInThreadRoute, tensor_response
+from ropeserve.api.json_route import JSONRoute
+from ropeserve.api.negotiation import TENSOR_RESPONSES, tensor_response
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.runtime import Runtime, RuntimeDep
 from ropeserve.api.schemas import (
@@ -26,7 +28,7 @@ from ropeserve.errors import InvalidInput, check_limit
 from ropeserve.rope import rope_cos_sin, rotated_width
 from ropeserve.rope.dynamic_ntk import resolve_dynamic_ntk
 
-router = APIRouter(tags=["rope"], route_class=JSONInThreadRoute)
+router = APIRouter(tags=["rope"], route_class=JSONRoute, generate_unique_id_function=operation_id)
 
 
 class CosSinRequest(RopeSource):

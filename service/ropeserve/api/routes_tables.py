@@ -15,6 +15,7 @@ from fastapi.responses import Response
 from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
+from ropeserve.api.docs import operation_id
 from ropeserve.api.negotiation import SafetensorsResponse, read_safetensors_request
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.routes_positions import VisionRopeRequest
@@ -27,7 +28,7 @@ from ropeserve.rope.caller_tables import caller_table, compare_table, rotate_wit
 from ropeserve.serving import METADATA_KEY
 from ropeserve.serving.codec import SafetensorsPayload, encode_safetensors
 
-router = APIRouter(tags=["rotation"])
+router = APIRouter(tags=["rotation"], generate_unique_id_function=operation_id)
 RESPONSES: dict[int | str, dict[str, object]] = {
     200: {
         "description": f"A safetensors file with the rotated `q` (and `k`) and metadata under '{METADATA_KEY}'.",

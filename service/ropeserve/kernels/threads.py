@@ -1,16 +1,25 @@
-"""Work sharing for the CPU kernels: the calling thread plus a small pool claim pieces from a shared counter.
+"""Threads of the CPU work: work sharing for the kernels, and serial torch ops on the event loop.
 
-Pieces are claimed (not assigned), so a thread that the OS deschedules (the cores are shared with the event
-loop and other processes) only delays the piece it holds; the others finish the rest.
+Kernels: the calling thread plus a small pool claim pieces from a shared counter. Pieces are claimed (not
+assigned), so a thread that the OS deschedules (the cores are shared with the event loop and other processes)
+only delays the piece it holds; the others finish the rest.
+
+Event loop: small requests run their torch ops inline (``api.inline``). An op that opens an OpenMP parallel
+region waits for every thread of the team, and on a loaded machine one of them is often descheduled: a 1,000-
+element ``repeat_interleave`` took 1-5 ms instead of 5 us while two other processes kept the 2 cores busy.
+``serial_torch_in_this_thread`` makes the regions opened from the calling thread serial (OpenMP keeps the thread
+count per thread), so the loop never waits on a team while worker threads keep torch's default.
 """
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TypeVar
 
 import torch
@@ -47,3 +56,27 @@ def share_pieces(pieces: Sequence[Piece], work: Callable[[Piece], None]) -> None
             work(pieces[index])
 
     run_on_all_threads(drain, len(pieces))
+
+
+def _openmp_runtime() -> ctypes.CDLL | None:
+    """The OpenMP runtime torch runs on (its bundled libgomp, or one already loaded), or None."""
+    bundled = sorted((Path(torch.__file__).parent / "lib").glob("libgomp*.so*"))
+    candidates = [str(path) for path in bundled] + [None]
+    for candidate in candidates:
+        try:
+            runtime = ctypes.CDLL(candidate, mode=os.RTLD_NOLOAD if candidate else os.RTLD_LOCAL)
+        except OSError:
+            continue
+        if hasattr(runtime, "omp_set_num_threads"):
+            return runtime
+    return None
+
+
+def serial_torch_in_this_thread() -> bool:
+    """Run torch's intra-op parallel regions opened from the calling thread on that thread alone (other
+    threads keep their count); True when torch now reports one thread here. A no-op without OpenMP."""
+    torch.get_num_threads()  # torch sets a thread's count on its first use: do it first, so it is not undone
+    runtime = _openmp_runtime()
+    if runtime is not None and torch.get_num_threads() > 1:
+        runtime.omp_set_num_threads(1)
+    return torch.get_num_threads() == 1

@@ -29,10 +29,10 @@ from ropeserve.positions._common import (
     PAD_POSITION,
     IntsLike,
     as_long_array,
-    as_long_tensor,
     as_mask_array,
     check_element_limit,
-    per_row_values,
+    first_true,
+    per_row_array,
     require_finite_float,
     require_int,
     require_sum_fits,
@@ -543,24 +543,22 @@ def mrope_decode_positions(
     decoding. Deltas may be ``[B, 1]``, ``[B]`` or one int.
     """
     count = require_int(num_new, "num_new", minimum=1)
-    if isinstance(mrope_position_deltas, int):
-        deltas = torch.tensor([mrope_position_deltas], dtype=torch.long)
-    else:
-        deltas = as_long_tensor(mrope_position_deltas, "mrope_position_deltas").reshape(-1)
-    cache = per_row_values(cache_lengths, deltas.numel(), "cache_lengths", device=deltas.device)
-    check_element_limit(3 * deltas.numel() * count, None, "decode positions", field="num_new")
+    delta_input = [mrope_position_deltas] if isinstance(mrope_position_deltas, int) else mrope_position_deltas
+    deltas = as_long_array(delta_input, "mrope_position_deltas").reshape(-1)
+    cache = per_row_array(cache_lengths, deltas.size, "cache_lengths")
+    check_element_limit(3 * deltas.size * count, None, "decode positions", field="num_new")
     require_sum_fits(cache, deltas, "cache_lengths", extra=count - 1)
     first = cache + deltas
-    negative = first < 0
-    if bool(negative.any()):
-        row = int(negative.nonzero()[0, 0])
+    row = first_true(first < 0)
+    if row is not None:
         raise InvalidInput(
             f"row {row}: cache length {int(cache[row])} plus delta {int(deltas[row])} gives a negative position; "
             "the cache length must count the whole prompt",
             field=f"rows[{row}]",
         )
-    positions = first[:, None] + torch.arange(count, device=deltas.device)
-    return positions.unsqueeze(0).expand(3, -1, -1).contiguous()
+    positions = first[:, None] + np.arange(count)
+    device = mrope_position_deltas.device if isinstance(mrope_position_deltas, torch.Tensor) else None
+    return tensor_on(np.ascontiguousarray(np.broadcast_to(positions, (3, *positions.shape))), device)
 
 
 def slice_prefill_positions(position_ids: torch.Tensor, context_len: int, seq_len: int) -> torch.Tensor:

@@ -1,24 +1,30 @@
 """1-D position ids: padded batches, packed sequences, cache continuation and decode steps.
 
 All functions return int64 tensors and never loop over tokens in Python. Padded slots receive ``fill_value``
-(default :data:`PAD_POSITION` = 0, as transformers 5 does).
+(default :data:`PAD_POSITION` = 0, as transformers 5 does). Packed and decode positions are computed with numpy
+and handed over as a tensor sharing its memory (on the input tensor's device, if one was given): their inputs
+are a few numbers per row, where each torch op costs several times a numpy one.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ropeserve.errors import InvalidInput
 from ropeserve.positions._common import (
     PAD_POSITION,
     IntsLike,
-    as_long_tensor,
+    as_long_array,
     as_mask_and_lengths,
     check_element_limit,
+    first_true,
+    per_row_array,
     per_row_values,
     require_at_least,
     require_int,
     require_sum_fits,
+    tensor_on,
 )
 
 __all__ = ["decode_positions", "packed_positions", "positions_from_attention_mask"]
@@ -68,7 +74,7 @@ def packed_positions(
         max_tokens: optional limit on ``N`` (raises ``LimitExceeded`` before allocating).
     """
     lengths, field = _segment_lengths(segment_lengths, cu_seqlens)
-    past = per_row_values(past_lengths, lengths.numel(), "past_lengths", device=lengths.device)
+    past = per_row_array(past_lengths, lengths.size, "past_lengths")
     require_sum_fits(past, lengths - 1, "past_lengths")
     used = int(lengths.sum())
     length = used if total_length is None else require_int(total_length, "total_length", minimum=0)
@@ -77,12 +83,11 @@ def packed_positions(
             f"total_length {length} is shorter than the packed segments ({used} tokens)", field="total_length"
         )
     check_element_limit(length, max_tokens, "packed positions", field=field)
-    segment_of_token = torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)
-    starts = lengths.cumsum(0) - lengths
-    positions = torch.full((length,), fill_value, dtype=torch.long, device=lengths.device)
-    positions[:used] = torch.arange(used, device=lengths.device) - starts[segment_of_token]
-    positions[:used] += past[segment_of_token]
-    return positions
+    segment_of_token = np.repeat(np.arange(lengths.size), lengths)
+    starts = np.cumsum(lengths) - lengths
+    positions = np.full(length, fill_value, dtype=np.int64)
+    positions[:used] = np.arange(used) - starts[segment_of_token] + past[segment_of_token]
+    return tensor_on(positions, _device_of(segment_lengths, cu_seqlens))
 
 
 def decode_positions(cache_lengths: IntsLike | int, num_new: int = 1) -> torch.Tensor:
@@ -92,32 +97,34 @@ def decode_positions(cache_lengths: IntsLike | int, num_new: int = 1) -> torch.T
     draft tokens verified in one step). ``cache_lengths`` counts the real tokens already in the cache.
     """
     count = require_int(num_new, "num_new", minimum=1)
-    if isinstance(cache_lengths, int):
-        cache = torch.tensor([cache_lengths], dtype=torch.long)
-    else:
-        cache = as_long_tensor(cache_lengths, "cache_lengths", ndim=1)
+    cache = as_long_array([cache_lengths] if isinstance(cache_lengths, int) else cache_lengths, "cache_lengths", ndim=1)
     require_at_least(cache, 0, "cache_lengths")
-    check_element_limit(cache.numel() * count, None, "decode positions", field="num_new")
-    require_sum_fits(cache, torch.zeros_like(cache), "cache_lengths", extra=count - 1)
-    return cache[:, None] + torch.arange(count, device=cache.device)
+    check_element_limit(cache.size * count, None, "decode positions", field="num_new")
+    require_sum_fits(cache, 0, "cache_lengths", extra=count - 1)
+    return tensor_on(cache[:, None] + np.arange(count), _device_of(cache_lengths))
 
 
-def _segment_lengths(segment_lengths: IntsLike | None, cu_seqlens: IntsLike | None) -> tuple[torch.Tensor, str]:
+def _device_of(*inputs: object) -> torch.device | None:
+    """The device of the first tensor among ``inputs`` (results go back there), None for lists and arrays."""
+    return next((value.device for value in inputs if isinstance(value, torch.Tensor)), None)
+
+
+def _segment_lengths(segment_lengths: IntsLike | None, cu_seqlens: IntsLike | None) -> tuple[np.ndarray, str]:
     """``[S]`` lengths from exactly one of the two boundary forms, and the field name to blame."""
     if (segment_lengths is None) == (cu_seqlens is None):
         raise InvalidInput("give exactly one of segment_lengths and cu_seqlens", field="segment_lengths")
     if segment_lengths is not None:
-        lengths = as_long_tensor(segment_lengths, "segment_lengths", ndim=1)
+        lengths = as_long_array(segment_lengths, "segment_lengths", ndim=1)
         require_at_least(lengths, 0, "segment_lengths")
         return lengths, "segment_lengths"
     assert cu_seqlens is not None
-    cumulative = as_long_tensor(cu_seqlens, "cu_seqlens", ndim=1)
-    if cumulative.numel() == 0 or int(cumulative[0]) != 0:
+    cumulative = as_long_array(cu_seqlens, "cu_seqlens", ndim=1)
+    if cumulative.size == 0 or int(cumulative[0]) != 0:
         raise InvalidInput("cu_seqlens must start with 0", field="cu_seqlens[0]")
-    lengths = cumulative.diff()
-    decreasing = lengths < 0
-    if bool(decreasing.any()):
-        index = int(decreasing.nonzero()[0, 0]) + 1
+    lengths = np.diff(cumulative)
+    decreasing = first_true(lengths < 0)
+    if decreasing is not None:
+        index = decreasing + 1
         raise InvalidInput(
             f"cu_seqlens must be non-decreasing; cu_seqlens[{index}] = {int(cumulative[index])} is below "
             f"cu_seqlens[{index - 1}] = {int(cumulative[index - 1])} (segment {index - 1} has a negative length)",
