@@ -27,7 +27,6 @@ from typing import Any
 
 from fastapi import Request
 from fastapi.dependencies.models import Dependant
-from fastapi.dependencies.utils import get_missing_field_error
 from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
@@ -40,6 +39,8 @@ JSON_THREAD_MIN_BYTES = 1 << 16
 decode_json = json.loads
 """The JSON parser of request bodies (a module attribute, so tests can slow it down)."""
 BODY_LOCATION = ("body",)
+MISSING_BODY = {"type": "missing", "loc": BODY_LOCATION, "msg": "Field required", "input": None}
+"""FastAPI's error for a required body that was not sent (``tests/api/test_json_route.py`` compares them)."""
 
 
 async def parse_json_body(body: bytes) -> Any:  # noqa: ANN401 - any JSON value
@@ -80,7 +81,7 @@ async def read_json_body(request: Request) -> Any:  # noqa: ANN401 - any JSON va
     it does not parse."""
     body = await request.body()
     if not body:
-        raise RequestValidationError([get_missing_field_error(loc=BODY_LOCATION)], body=None)
+        raise RequestValidationError([MISSING_BODY], body=None)
     if not names_json(request.headers.get("content-type")):
         raise content_type_error(request)
     try:
