@@ -129,6 +129,26 @@ def test_apply_rope_matches_cos_sin(client: rc.Client, live_paths: set[str]) -> 
     assert rotated["k"].shape == k.shape
 
 
+def test_apply_rope_with_the_callers_table_over_a_socket(client: rc.Client, live_paths: set[str]) -> None:
+    """A real uvicorn: ropeserve's own table sent back gives the plain answer; vLLM's [B, S, H*D] layout too."""
+    needs(live_paths, "/v1/rope/apply")
+    own = client.cos_sin(range(8), rope=ROPE_8)
+    cache = torch.cat((own["cos"][:, :4], own["sin"][:, :4]), dim=-1)
+    q, k = torch.randn(2, 3, 4 * 8), torch.randn(2, 3, 8)
+    positions = torch.tensor([[0, 1, 2], [5, 6, 7]])
+    plain = client.apply_rope(q, k, positions=positions, rope=ROPE_8, layout="batched_flat")
+    rotated = client.apply_rope(q, k, positions=positions, rope=ROPE_8, layout="batched_flat", table=cache)
+    assert torch.equal(rotated["q"], plain["q"]) and torch.equal(rotated["k"], plain["k"])
+    assert rotated.meta["table"]["max_abs_error"] == 0.0
+    flat = client.apply_rope(
+        q.flatten(0, 1), k.flatten(0, 1), positions=positions.flatten(), rope=ROPE_8, layout="flat"
+    )
+    assert torch.equal(plain["q"].flatten(0, 1), flat["q"])
+    with pytest.raises(rc.InvalidInput) as too_far:
+        client.apply_rope(q, k, positions=positions + 1, rope=ROPE_8, layout="batched_flat", table=cache)
+    assert too_far.value.field == "positions"
+
+
 def test_config_lint(client: rc.Client, live_paths: set[str]) -> None:
     needs(live_paths, "/v1/config/validate")
     config = {"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": -1}, "head_dim": 64}
