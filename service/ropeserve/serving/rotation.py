@@ -53,6 +53,9 @@ if TYPE_CHECKING:  # injected by the api layer; serving does not import the sett
 INLINE_PREPARE_ELEMENTS = 1 << 16
 """Most elements (q, k and positions together) a CPU request is prepared with on the event loop (checks, a dtype
 cast); a larger one is prepared in a thread, as every request is on CUDA."""
+INLINE_BUILD_ELEMENTS = 1 << 16
+"""Most cos/sin table elements a request may compute on the event loop (a cache miss, or a far position growing a
+cached table); a larger build runs in the threadpool. (A rotation grows its table in the kernel thread anyway.)"""
 REQUIRED_TENSORS = ("q", "positions")
 OPTIONAL_TENSORS = ("k", *TABLE_TENSORS)
 """``k``, and the caller's own cos/sin table (``cos_sin_cache``, or ``cos`` and ``sin``) to rotate with."""
@@ -316,11 +319,7 @@ def _check_position_values(positions: torch.Tensor) -> None:
 
 def _check_table_growth(table: RopeTable, max_position: int, limit: int) -> None:
     """Refuse positions that would grow the shared cos/sin table past ``limit`` elements."""
-    cached_rows = table.rows[0].shape[0]
-    if max_position < cached_rows or max_position >= table.row_cap:
-        return
-    rows = min(table.row_cap, 1 << max(max_position, 1).bit_length())
-    check_limit(2 * rows * table.inv_freq.numel(), limit, "rope table elements (cos+sin rows)", "positions")
+    check_limit(table.growth_elements(max_position), limit, "rope table elements (cos+sin rows)", "positions")
 
 
 def _rows(x4: torch.Tensor | None) -> torch.Tensor:
