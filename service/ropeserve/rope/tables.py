@@ -45,6 +45,10 @@ def _length_key(params: RopeParams, seq_len: int | None) -> int | None:
     return length_class(params, seq_len)
 
 
+def _cache_key(params: RopeParams, seq_len: int | None, device: torch.device) -> tuple[object, ...]:
+    return (params, _length_key(params, seq_len), str(device))
+
+
 @dataclass
 class RopeTable:
     """Frequencies and a lazily grown half-width table for one (params, length, device).
@@ -153,7 +157,7 @@ class TableCache:
         self.misses = 0
 
     def get(self, params: RopeParams, seq_len: int | None, device: torch.device) -> RopeTable:
-        key = (params, _length_key(params, seq_len), str(device))
+        key = _cache_key(params, seq_len, device)
         with self._lock:
             table = self._tables.get(key)
             if table is not None:
@@ -171,7 +175,7 @@ class TableCache:
         """Elements (cos + sin) a lookup of ``params`` covering ``0..max_position`` would compute: the growth of
         the cached table, or on a miss the whole new one. Touches neither the order nor the hit/miss counts."""
         with self._lock:
-            table = self._tables.get((params, _length_key(params, seq_len), str(device)))
+            table = self._tables.get(_cache_key(params, seq_len, device))
         if table is None:  # frequencies only (a few elements): what get() would build
             table = RopeTable.build(params, seq_len, device, self.max_bytes)
         return table.growth_elements(max_position)
