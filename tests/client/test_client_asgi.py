@@ -69,6 +69,32 @@ def test_mrope_rotation_keeps_shape_and_dtype_and_errors_are_typed() -> None:
     run_in_app(scenario)
 
 
+def test_apply_rope_sends_the_callers_table_with_one_argument() -> None:
+    """``table=``: a cos_sin_cache or a (cos, sin) pair; the server rotates with it (a scaled copy of ropeserve's
+    own table gives a scaled rotation) and compares it with its own."""
+
+    async def scenario(client: rc.AsyncClient) -> None:
+        own = await client.cos_sin(range(16), rope=ROPE_8)
+        cos, sin = 2 * own["cos"][:, :4], 2 * own["sin"][:, :4]  # an attention factor of 2 that ropeserve lacks
+        q, k = torch.randn(5, 2 * 8), torch.randn(5, 8)
+        positions = [3, 1, 4, 1, 5]
+        plain = await client.apply_rope(q, k, positions=positions, rope=ROPE_8, layout="flat")
+        from_cache = await client.apply_rope(
+            q, k, positions=positions, rope=ROPE_8, layout="flat", table=torch.cat((cos, sin), dim=-1)
+        )
+        from_pair = await client.apply_rope(q, k, positions=positions, rope=ROPE_8, layout="flat", table=(cos, sin))
+        assert torch.equal(from_cache["q"], from_pair["q"]) and torch.equal(from_cache["k"], from_pair["k"])
+        torch.testing.assert_close(from_cache["q"], 2 * plain["q"])
+        assert from_cache.meta["table"]["first_differing_position"] == 0 and plain.meta["table"] is None
+        with pytest.raises(rc.InvalidInput) as beyond:
+            await client.apply_rope(q, k, positions=[0, 1, 2, 3, 16], rope=ROPE_8, layout="flat", table=(cos, sin))
+        assert beyond.value.field == "positions"
+        with pytest.raises(ValueError, match="HTTP only"):
+            await client.apply_rope(q, k, positions=positions, rope=ROPE_8, table=(cos, sin), transport="shm")
+
+    run_in_app(scenario)
+
+
 def test_apply_rope_table_and_vision_apply_through_the_client() -> None:
     async def scenario(client: rc.AsyncClient) -> None:
         table = await client.cos_sin(range(16), rope=ROPE_8)

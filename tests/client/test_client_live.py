@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
@@ -127,6 +128,45 @@ def test_apply_rope_matches_cos_sin(client: rc.Client, live_paths: set[str]) -> 
     expected_q = q * cos + torch.cat((-q[..., 4:], q[..., :4]), dim=-1) * sin
     torch.testing.assert_close(rotated["q"], expected_q)
     assert rotated["k"].shape == k.shape
+
+
+def test_apply_rope_with_the_callers_table_over_a_socket(client: rc.Client, live_paths: set[str]) -> None:
+    """A real uvicorn: ropeserve's own table sent back gives the plain answer; vLLM's [B, S, H*D] layout too."""
+    needs(live_paths, "/v1/rope/apply")
+    own = client.cos_sin(range(8), rope=ROPE_8)
+    cache = torch.cat((own["cos"][:, :4], own["sin"][:, :4]), dim=-1)
+    q, k = torch.randn(2, 3, 4 * 8), torch.randn(2, 3, 8)
+    positions = torch.tensor([[0, 1, 2], [5, 6, 7]])
+    plain = client.apply_rope(q, k, positions=positions, rope=ROPE_8, layout="batched_flat")
+    rotated = client.apply_rope(q, k, positions=positions, rope=ROPE_8, layout="batched_flat", table=cache)
+    assert torch.equal(rotated["q"], plain["q"]) and torch.equal(rotated["k"], plain["k"])
+    assert rotated.meta["table"]["max_abs_error"] == 0.0
+    flat = client.apply_rope(
+        q.flatten(0, 1), k.flatten(0, 1), positions=positions.flatten(), rope=ROPE_8, layout="flat"
+    )
+    assert torch.equal(plain["q"].flatten(0, 1), flat["q"])
+    with pytest.raises(rc.InvalidInput) as too_far:
+        client.apply_rope(q, k, positions=positions + 1, rope=ROPE_8, layout="batched_flat", table=cache)
+    assert too_far.value.field == "positions"
+
+
+def test_concurrent_rotations_with_their_own_tables_stay_apart(ropeserve_url: str, live_paths: set[str]) -> None:
+    """Same shapes and params (one batch key but for the table): each answer is rotated with its own table."""
+    needs(live_paths, "/v1/rope/apply")
+
+    def rotated_as_expected(seed: int) -> bool:
+        generator = torch.Generator().manual_seed(seed)
+        cos, sin = torch.randn(32, 4, generator=generator), torch.randn(32, 4, generator=generator)
+        q, positions = torch.randn(6, 2 * 8, generator=generator), torch.randint(0, 32, (6,), generator=generator)
+        with rc.Client(ropeserve_url) as own_client:
+            got = own_client.apply_rope(q, positions=positions, rope=ROPE_8, layout="flat", table=(cos, sin))
+        heads = q.view(6, 2, 8)
+        cos_rows, sin_rows = (torch.cat((t, t), dim=-1)[positions][:, None] for t in (cos, sin))
+        expected = heads * cos_rows + torch.cat((-heads[..., 4:], heads[..., :4]), dim=-1) * sin_rows
+        return torch.equal(got["q"], expected.reshape(6, 16))
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert all(pool.map(rotated_as_expected, range(24)))
 
 
 def test_config_lint(client: rc.Client, live_paths: set[str]) -> None:

@@ -317,8 +317,12 @@ async def resample(request: Request, runtime: RuntimeDep) -> Response:
     table = payload.tensors["table"]
     result_elements = (params.prefix_rows + math.prod(params.target_grid)) * (table.shape[-1] if table.dim() else 1)
     check_limit(result_elements, settings.max_table_elements, "result elements", "target_grid")
-    result = await run_in_threadpool(
-        resample_table,
+    return await run_in_threadpool(_resample, request, table, params, settings.json_response_max_elements)
+
+
+def _resample(request: Request, table: torch.Tensor, params: ResampleParams, json_max_elements: int) -> Response:
+    """Resample and encode the answer (both sized by the result: in the threadpool, off the event loop)."""
+    result = resample_table(
         table,
         params.source_grid,
         params.target_grid,
@@ -328,4 +332,4 @@ async def resample(request: Request, runtime: RuntimeDep) -> Response:
         align_corners=params.align_corners,
     )
     meta = params.model_dump() | {"dtype": str(table.dtype).removeprefix("torch."), "shape": list(result.shape)}
-    return tensor_response(request, {"table": result}, meta, settings.json_response_max_elements, binary_default=True)
+    return tensor_response(request, {"table": result}, meta, json_max_elements, binary_default=True)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
+import torch
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import Field
+from starlette.concurrency import run_in_threadpool
 
 from ropeserve.api.docs import operation_id
-from ropeserve.api.inline import run_sized
+from ropeserve.api.inline import INLINE_MAX_POSITIONS
 from ropeserve.api.json_route import JSONRoute
 from ropeserve.api.negotiation import TENSOR_RESPONSES, tensor_response
 from ropeserve.api.problems import problem_responses
@@ -24,9 +27,13 @@ from ropeserve.api.schemas import (
     RopeSource,
     positions_tensor,
 )
+from ropeserve.config import RopeParams
 from ropeserve.errors import InvalidInput, check_limit
 from ropeserve.rope import rope_cos_sin, rotated_width
 from ropeserve.rope.dynamic_ntk import resolve_dynamic_ntk
+from ropeserve.rope.tables import Pairing, effective_length
+from ropeserve.serving import INLINE_BUILD_ELEMENTS
+from ropeserve.settings import Settings
 
 router = APIRouter(tags=["rope"], route_class=JSONRoute, generate_unique_id_function=operation_id)
 
@@ -63,12 +70,41 @@ class CosSinRequest(RopeSource):
     response_class=Response,
 )
 async def cos_sin(body: CosSinRequest, request: Request, runtime: RuntimeDep) -> Response:
+    """Many positions: all in the threadpool. Few: checked on the event loop, and answered there too unless the
+    cos/sin table to build for them (a cache miss, or a far position) is large."""
     count = body.positions.count() if isinstance(body.positions, PositionRange) else len(body.positions)
-    return await run_sized(count, lambda: _cos_sin(body, request, runtime))
+    if count > INLINE_MAX_POSITIONS:
+        return await run_in_threadpool(lambda: _cos_sin(_inputs(body, runtime.settings), request, runtime))
+    inputs = _inputs(body, runtime.settings)
+    build = runtime.tables.build_elements(inputs.params, inputs.seq_len, torch.device("cpu"), inputs.max_position)
+    if build > INLINE_BUILD_ELEMENTS:
+        return await run_in_threadpool(_cos_sin, inputs, request, runtime)
+    return _cos_sin(inputs, request, runtime)
 
 
-def _cos_sin(body: CosSinRequest, request: Request, runtime: Runtime) -> Response:
-    settings = runtime.settings
+@dataclass(frozen=True)
+class CosSinInputs:
+    """A checked cos/sin request: positions [N] int64, the params (dynamic NTK resolved) and the table length."""
+
+    body: CosSinRequest
+    model_params: RopeParams
+    params: RopeParams
+    positions: torch.Tensor
+    pairing: Pairing
+    width: int
+
+    @property
+    def max_position(self) -> int:
+        return int(self.positions.max()) if self.positions.numel() else 0
+
+    @property
+    def seq_len(self) -> int | None:
+        """The length ``rope_cos_sin`` looks its table up with."""
+        return effective_length(self.params, self.max_position, self.body.seq_len_cached)
+
+
+def _inputs(body: CosSinRequest, settings: Settings) -> CosSinInputs:
+    """Validate ``body`` and enforce the limits (before any table is computed)."""
     model_params, default_pairing = body.resolve()
     positions = positions_tensor(body.positions, settings.max_positions)
     max_position = int(positions.max()) if positions.numel() else 0
@@ -77,27 +113,31 @@ def _cos_sin(body: CosSinRequest, request: Request, runtime: Runtime) -> Respons
     check_limit(2 * positions.numel() * width, settings.max_table_elements, "table elements (cos+sin)", "positions")
     if params.rope_type == "dynamic" and body.seq_len_cached is None and positions.numel() == 0:
         raise InvalidInput("dynamic NTK needs at least one position", field="positions")
-    pairing = body.pairing or default_pairing
+    return CosSinInputs(body, model_params, params, positions, body.pairing or default_pairing, width)
+
+
+def _cos_sin(inputs: CosSinInputs, request: Request, runtime: Runtime) -> Response:
+    body, params = inputs.body, inputs.params
     result = rope_cos_sin(
         params,
-        positions,
-        pairing=pairing,
+        inputs.positions,
+        pairing=inputs.pairing,
         dtype=DTYPES[body.dtype],
         seq_len_cached=body.seq_len_cached,
         cache=runtime.tables,
     )
     meta: dict[str, Any] = {
-        "rope_type": model_params.rope_type,
+        "rope_type": inputs.model_params.rope_type,
         "dynamic_ntk": body.dynamic_ntk,
         "head_dim": params.head_dim,
         "rotary_dim": params.rotary_dim,
-        "width": width,
+        "width": inputs.width,
         "attention_factor": result.attention_factor,
-        "pairing": pairing,
+        "pairing": inputs.pairing,
         "dtype": body.dtype,
-        "count": int(positions.numel()),
+        "count": int(inputs.positions.numel()),
         "max_abs_error": result.max_abs_error,
-        "params": model_params.as_dict(),
+        "params": inputs.model_params.as_dict(),
     }
     tensors = {"cos": result.cos, "sin": result.sin, "inv_freq": result.inv_freq}
-    return tensor_response(request, tensors, meta, settings.json_response_max_elements)
+    return tensor_response(request, tensors, meta, runtime.settings.json_response_max_elements)

@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import Field, ValidationError
 
+from ropeserve.api.docs import add_component_schemas
 from ropeserve.api.fast_json import FastJSONResponse
 from ropeserve.api.inline import run_sized
 from ropeserve.api.problems import problem_responses
@@ -187,6 +188,7 @@ def install(app: FastAPI) -> None:
     """Add the region routes and the registry (closed at shutdown) when the transport is on."""
     runtime: Runtime = app.state.runtime
     settings = runtime.settings
+    add_component_schemas(app, ShmRotationRequest)  # the rotation routes' JSON body (documented either way)
     if not settings.shm_enabled:
         return
     registry = RegionRegistry(settings.shm_max_regions_per_client, settings.shm_key_prefix)

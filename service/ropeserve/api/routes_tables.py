@@ -1,18 +1,16 @@
-"""``POST /v1/rope/apply-table`` (rotate with the caller's cos/sin table and compare it with ropeserve's) and
-``POST /v1/vision/apply`` (the vision tower's rotation of q/k). Both take one safetensors file, like
-``/v1/rope/apply``; the body is read on the event loop, the rotation and comparison run in the threadpool (no
-batching), so a large request never stalls probes."""
+"""``POST /v1/vision/apply``: the vision tower's rotation of q/k. It takes one safetensors file, like
+``/v1/rope/apply``; the body is read on the event loop, the rotation runs in the threadpool (no batching), so a
+large request never stalls probes. (Rotation with the caller's own cos/sin table is ``/v1/rope/apply`` and
+``/v1/rope/apply-table``, in ``routes_rotation``.)"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Literal
 
 import torch
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
 from ropeserve.api.docs import operation_id
@@ -20,11 +18,11 @@ from ropeserve.api.negotiation import SafetensorsResponse, read_safetensors_requ
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.routes_positions import VisionRopeRequest
 from ropeserve.api.runtime import Runtime, RuntimeDep
-from ropeserve.api.schemas import DTYPES, PairingName, RopeSource
+from ropeserve.api.schemas import DTYPES
 from ropeserve.errors import InvalidInput, check_limit
 from ropeserve.positions import vision_position_ids
 from ropeserve.rope import vision_cos_sin
-from ropeserve.rope.caller_tables import caller_table, compare_table, rotate_with_table, vision_rotate
+from ropeserve.rope.caller_tables import vision_rotate
 from ropeserve.serving import METADATA_KEY
 from ropeserve.serving.codec import SafetensorsPayload, encode_safetensors
 
@@ -38,65 +36,10 @@ RESPONSES: dict[int | str, dict[str, object]] = {
 }
 
 
-class TableRotationParams(RopeSource):
-    """The JSON object under ``__metadata__["ropeserve"]`` of an apply-table request."""
-
-    layout: Literal["bhtd", "bthd", "flat", "batched_flat"] = Field(
-        "flat",
-        description="q/k layout: [B,H,T,D], [B,T,H,D], [T, H·D] (vLLM) or [B, T, H·D] (vLLM batched).",
-    )
-    pairing: PairingName | None = Field(None, description="neox or gptj; default: the model family's.")
-    atol: float = Field(0.0, ge=0.0, allow_inf_nan=False, description="Rows differing by more count as differing.")
-
-
 def _float_tensors(tensors: dict[str, torch.Tensor], names: tuple[str, ...]) -> None:
     for name in names:
         if name in tensors and tensors[name].dtype not in DTYPES.values():
             raise InvalidInput(f"{name} must be float32, bfloat16 or float16, got {tensors[name].dtype}", field=name)
-
-
-@router.post(
-    "/v1/rope/apply-table",
-    summary="Rotate q/k with the caller's cos/sin table; compare that table with ropeserve's",
-    description="The body holds `q`, optional `k`, `positions` ([T] or [B, T]) indexing the table, and either "
-    "`cos_sin_cache` [N, rotary_dim] (vLLM/SGLang: cos half, then sin half) or `cos` and `sin` ([N, rotary_dim/2] "
-    "or [N, rotary_dim] in the pairing's layout). The answer's metadata compares the table with ropeserve's own "
-    "for the same parameters: max_abs_error and first_differing_position (row index = position).",
-    responses=RESPONSES,
-    response_class=Response,
-    operation_id="apply_rope_table",
-)
-async def apply_table(request: Request, runtime: RuntimeDep) -> Response:
-    payload = await read_safetensors_request(
-        request,
-        runtime.settings,
-        required=("q", "positions"),
-        optional=("k", "cos_sin_cache", "cos", "sin"),
-    )
-    return await run_in_threadpool(_apply_table, payload, runtime)
-
-
-def _apply_table(payload: SafetensorsPayload, runtime: Runtime) -> Response:
-    options = payload.params(TableRotationParams)
-    params, default_pairing = options.resolve()
-    pairing = options.pairing or default_pairing
-    tensors = payload.tensors
-    _float_tensors(tensors, ("q", "k", "cos_sin_cache", "cos", "sin"))
-    cos, sin = caller_table(tensors, params.rotary_dim, pairing)
-    check_limit(2 * cos.numel(), runtime.settings.max_table_elements, "table elements (cos+sin)", "cos_sin_cache")
-    difference = compare_table(params, cos, sin, atol=options.atol, cache=runtime.tables)
-    q, k = rotate_with_table(
-        tensors["q"],
-        tensors.get("k"),
-        tensors["positions"],
-        cos,
-        sin,
-        head_dim=params.head_dim,
-        layout=options.layout,
-        pairing=pairing,
-    )
-    meta = {"table": difference.as_dict(), "pairing": pairing, "layout": options.layout, "params": params.as_dict()}
-    return _answer(q, k, meta)
 
 
 @router.post(

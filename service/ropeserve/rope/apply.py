@@ -15,12 +15,15 @@ import torch
 from ropeserve.errors import InvalidInput
 from ropeserve.rope.tables import Pairing
 
-Layout = Literal["bhtd", "bthd", "flat"]
+Layout = Literal["bhtd", "bthd", "flat", "batched_flat"]
 LAYOUTS: dict[str, str] = {
     "bhtd": "[batch, heads, tokens, head_dim] (transformers)",
     "bthd": "[batch, tokens, heads, head_dim] (flash-attn)",
     "flat": "[tokens, heads*head_dim] (vLLM)",
+    "batched_flat": "[batch, tokens, heads*head_dim] (vLLM batched)",
 }
+FLAT_DIMS: dict[str, int] = {"flat": 2, "batched_flat": 3}
+"""Dimensions of the layouts that merge heads and head_dim into one last axis."""
 
 
 def rotate_neox(x: torch.Tensor) -> torch.Tensor:
@@ -48,15 +51,16 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing: Pairi
 
 
 def token_major(x: torch.Tensor, layout: Layout, head_dim: int, name: str) -> torch.Tensor:
-    """View ``x`` as [batch, tokens, heads, head_dim] (flat: batch 1)."""
-    if layout == "flat":
-        if x.dim() != 2 or x.shape[-1] % head_dim:
+    """View ``x`` as [batch, tokens, heads, head_dim] (flat: batch 1); no copy."""
+    if layout in FLAT_DIMS:
+        if x.dim() != FLAT_DIMS[layout] or x.shape[-1] % head_dim:
             raise InvalidInput(
-                f"{name} in layout 'flat' must be [tokens, heads*head_dim] with a multiple of head_dim "
-                f"{head_dim}, got {list(x.shape)}",
+                f"{name} in layout {layout!r} must be {LAYOUTS[layout]} with a multiple of head_dim "
+                f"{head_dim} in its last dim, got {list(x.shape)}",
                 field=name,
             )
-        return x.view(1, x.shape[0], x.shape[1] // head_dim, head_dim)
+        leading = x.shape[:-1] if x.dim() == 3 else (1, x.shape[0])
+        return x.view(*leading, x.shape[-1] // head_dim, head_dim)
     if x.dim() != 4 or x.shape[-1] != head_dim:
         raise InvalidInput(
             f"{name} in layout {layout!r} must be 4-D {LAYOUTS[layout]} with head_dim {head_dim}, got {list(x.shape)}",
@@ -66,7 +70,8 @@ def token_major(x: torch.Tensor, layout: Layout, head_dim: int, name: str) -> to
 
 
 def from_token_major(x: torch.Tensor, layout: Layout, like: torch.Tensor) -> torch.Tensor:
-    if layout == "flat":
+    """[batch, tokens, heads, head_dim] back in ``layout``, shaped like ``like``."""
+    if layout in FLAT_DIMS:
         return x.reshape(like.shape)
     return x.transpose(1, 2) if layout == "bhtd" else x
 

@@ -3,33 +3,43 @@ rotation of q/k.
 
 Engines keep a cos/sin cache and gather rows by position: vLLM and SGLang a ``cos_sin_cache`` ``[N, rotary_dim]``
 (cos half, then sin half), transformers-style code separate ``cos`` / ``sin`` (``rotary_dim / 2`` wide, or
-``rotary_dim`` wide in the pairing's layout). Rotating with the caller's table and comparing the table with
-ropeserve's own for the same parameters tells an engine whether a wrong answer comes from its cache or its kernel.
+``rotary_dim`` wide in the pairing's layout). ``CallerTable`` makes such rows a fixed ``RopeTable``, so every
+rotation kernel (and the M-RoPE slot map) rotates with them exactly as with ropeserve's own rows; comparing the
+table with ropeserve's for the same parameters tells an engine whether a wrong answer comes from its cache or its
+kernel.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
 from ropeserve.config import RopeParams
 from ropeserve.errors import InvalidInput
-from ropeserve.rope.apply import Layout, apply_rotary, rotate_neox
-from ropeserve.rope.tables import Pairing, RopeTable, TableCache, effective_length, expand_pairing
+from ropeserve.rope.apply import rotate_neox
+from ropeserve.rope.tables import Pairing, RopeTable, TableCache, effective_length
 
 __all__ = [
+    "TABLE_TENSORS",
+    "CallerTable",
     "TableDifference",
-    "TableLayout",
     "caller_table",
+    "check_covers",
     "compare_table",
-    "rotate_with_table",
+    "has_caller_table",
     "vision_rotate",
 ]
 
-TableLayout = Layout | Literal["batched_flat"]
-"""The rotation layouts plus vLLM's ``[batch, tokens, heads*head_dim]`` (``batched_flat``)."""
+TABLE_TENSORS = ("cos_sin_cache", "cos", "sin")
+"""Names of the caller's table tensors in a rotation body: ``cos_sin_cache``, or ``cos`` and ``sin``."""
+TABLE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def has_caller_table(tensors: Mapping[str, torch.Tensor]) -> bool:
+    """Whether a rotation body carries a table of the caller's."""
+    return any(name in tensors for name in TABLE_TENSORS)
 
 
 def _half(table: torch.Tensor, pairing: Pairing, rotary_dim: int, name: str) -> torch.Tensor:
@@ -46,9 +56,13 @@ def _half(table: torch.Tensor, pairing: Pairing, rotary_dim: int, name: str) -> 
 
 
 def caller_table(
-    tensors: dict[str, torch.Tensor], rotary_dim: int, pairing: Pairing
+    tensors: Mapping[str, torch.Tensor], rotary_dim: int, pairing: Pairing
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(cos, sin)`` each ``[N, rotary_dim/2]`` (the caller's dtype) from ``cos_sin_cache`` or ``cos`` + ``sin``."""
+    """``(cos, sin)`` each ``[N, rotary_dim/2]`` (the caller's dtype) from ``cos_sin_cache`` or ``cos`` + ``sin``;
+    views, no copy. InvalidInput names the tensor of a wrong dtype, shape or combination."""
+    for name in TABLE_TENSORS:
+        if name in tensors and tensors[name].dtype not in TABLE_DTYPES:
+            raise InvalidInput(f"{name} must be float32, bfloat16 or float16, got {tensors[name].dtype}", field=name)
     if "cos_sin_cache" in tensors:
         if "cos" in tensors or "sin" in tensors:
             raise InvalidInput("send cos_sin_cache or cos and sin, not both", field="cos_sin_cache")
@@ -126,52 +140,37 @@ def compare_table(
     return TableDifference(rows, float(per_row.max()), not bool(finite.all()), first, atol)
 
 
-def _positions_in(positions: torch.Tensor, rows: int) -> torch.Tensor:
-    if positions.dim() not in (1, 2):
-        raise InvalidInput(f"positions must be [T] or [B, T], got {list(positions.shape)}", field="positions")
-    if positions.is_floating_point():
-        raise InvalidInput(f"positions must be int32 or int64, got {positions.dtype}", field="positions")
-    positions = positions.long()
-    if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= rows):
+@dataclass
+class CallerTable(RopeTable):
+    """The caller's rows as a fixed table: ``rows`` (cos, sin) ``[N, n_freq]`` float32 on the compute device, the
+    caller's scaling included (``attention_factor`` 1). It never grows and computes nothing: its frequencies are
+    unknown (NaN), every position reads its row, and a position past the rows is the caller's error, refused
+    before any kernel runs (``check_covers``)."""
+
+    @classmethod
+    def of(cls, cos: torch.Tensor, sin: torch.Tensor, device: torch.device) -> CallerTable:
+        """From ``caller_table``'s half rows ``[N, n_freq]`` (any float dtype; float32 holds them exactly)."""
+        unknown = torch.full((cos.shape[1],), float("nan"), device=device)
+        rows = (cos.to(device, torch.float32), sin.to(device, torch.float32))
+        return cls(unknown, 1.0, rows)
+
+    @property
+    def row_cap(self) -> int:
+        return self.rows[0].shape[0]
+
+    def compute_half(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows ``positions`` of the caller's table (``check_covers`` has refused any past its end)."""
+        cos, sin = self.rows
+        positions = positions.to(cos.device)
+        return cos[positions], sin[positions]
+
+
+def check_covers(rows: int, max_position: int) -> None:
+    """Refuse positions (already known to be ≥ 0) past the last of a caller's table's ``rows``."""
+    if max_position >= rows:
         raise InvalidInput(
-            f"positions must index the table's {rows} rows: got {int(positions.min())}..{int(positions.max())}",
-            field="positions",
+            f"positions must index the table's {rows} rows: got position {max_position}", field="positions"
         )
-    return positions
-
-
-def _view_batched_flat(x: torch.Tensor, head_dim: int, name: str) -> torch.Tensor:
-    if x.dim() != 3 or x.shape[-1] % head_dim:
-        raise InvalidInput(
-            f"{name} in layout 'batched_flat' must be [batch, tokens, heads*head_dim] with a multiple of head_dim "
-            f"{head_dim}, got {list(x.shape)}",
-            field=name,
-        )
-    return x.view(x.shape[0], x.shape[1], x.shape[2] // head_dim, head_dim)
-
-
-def rotate_with_table(
-    q: torch.Tensor,
-    k: torch.Tensor | None,
-    positions: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    *,
-    head_dim: int,
-    layout: TableLayout,
-    pairing: Pairing,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Rotate q (and k) with rows ``positions`` of the caller's half tables, in q's dtype (transformers' formula;
-    vLLM's ``forward_native`` gives the same products). ``positions`` ``[T]`` or ``[B, T]``."""
-    index = _positions_in(positions, cos.shape[0])
-    cos_rows = expand_pairing(cos[index], pairing)
-    sin_rows = expand_pairing(sin[index], pairing)
-    if layout != "batched_flat":
-        return apply_rotary(q, k, cos_rows, sin_rows, head_dim=head_dim, layout=layout, pairing=pairing)
-    q4 = _view_batched_flat(q, head_dim, "q")
-    k4 = None if k is None else _view_batched_flat(k, head_dim, "k")
-    q_out, k_out = apply_rotary(q4, k4, cos_rows, sin_rows, head_dim=head_dim, layout="bthd", pairing=pairing)
-    return q_out.reshape(q.shape), None if k_out is None or k is None else k_out.reshape(k.shape)
 
 
 def vision_rotate(

@@ -45,6 +45,10 @@ def _length_key(params: RopeParams, seq_len: int | None) -> int | None:
     return length_class(params, seq_len)
 
 
+def _cache_key(params: RopeParams, seq_len: int | None, device: torch.device) -> tuple[object, ...]:
+    return (params, _length_key(params, seq_len), str(device))
+
+
 @dataclass
 class RopeTable:
     """Frequencies and a lazily grown half-width table for one (params, length, device).
@@ -96,6 +100,17 @@ class RopeTable:
         cos_rows, sin_rows = self.rows
         return cos_rows.nbytes + sin_rows.nbytes
 
+    def rows_to_cover(self, max_position: int) -> int:
+        """Rows the table grows to for ``0..max_position`` (a power of two, at most ``row_cap``)."""
+        return min(self.row_cap, 1 << max(max_position, 1).bit_length())
+
+    def growth_elements(self, max_position: int) -> int:
+        """Elements (cos + sin) that covering ``0..max_position`` computes now: the grown table's, or 0 when its
+        rows already cover it or it lies past ``row_cap`` (such positions are computed one by one)."""
+        if max_position < self.rows[0].shape[0] or max_position >= self.row_cap:
+            return 0
+        return 2 * self.rows_to_cover(max_position) * self.inv_freq.numel()
+
     def rows_covering(self, max_position: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         """A snapshot of the rows (cos, sin) covering ``0..max_position``, grown to a power of two as needed;
         None beyond ``row_cap``. Each [rows, n_freq] float32 with rows > ``max_position``."""
@@ -108,8 +123,7 @@ class RopeTable:
             snapshot = self.rows
             if max_position < snapshot[0].shape[0]:  # another thread grew it meanwhile
                 return snapshot
-            count = min(self.row_cap, 1 << max(max_position, 1).bit_length())
-            snapshot = self.compute_half(torch.arange(count, device=self.inv_freq.device))
+            snapshot = self.compute_half(torch.arange(self.rows_to_cover(max_position), device=self.inv_freq.device))
             self.rows = snapshot
         if self.on_grow is not None:
             self.on_grow(self)
@@ -143,7 +157,7 @@ class TableCache:
         self.misses = 0
 
     def get(self, params: RopeParams, seq_len: int | None, device: torch.device) -> RopeTable:
-        key = (params, _length_key(params, seq_len), str(device))
+        key = _cache_key(params, seq_len, device)
         with self._lock:
             table = self._tables.get(key)
             if table is not None:
@@ -156,6 +170,15 @@ class TableCache:
             table = self._tables.setdefault(key, built)  # a concurrent miss may have stored one first: share it
             self._evict()
         return table
+
+    def build_elements(self, params: RopeParams, seq_len: int | None, device: torch.device, max_position: int) -> int:
+        """Elements (cos + sin) a lookup of ``params`` covering ``0..max_position`` would compute: the growth of
+        the cached table, or on a miss the whole new one. Touches neither the order nor the hit/miss counts."""
+        with self._lock:
+            table = self._tables.get(_cache_key(params, seq_len, device))
+        if table is None:  # frequencies only (a few elements): what get() would build
+            table = RopeTable.build(params, seq_len, device, self.max_bytes)
+        return table.growth_elements(max_position)
 
     def _grew(self, key: tuple[object, ...], table: RopeTable) -> None:
         with self._lock:

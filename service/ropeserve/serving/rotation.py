@@ -1,8 +1,10 @@
 """Rotation service: decoded request → rope params → positions → table → kernel → response body.
 
 ``RotationService.rotate`` validates everything on the event loop (cheap: views and header checks), submits a
-``RotationJob`` to the batcher, and encodes the rotated tensors. A lone request is rotated in place in its own
-request buffer and answered from it without a copy. Jobs with the same table, dtype, head sizes, pairing and
+``RotationJob`` to the batcher, and encodes the rotated tensors. The table is ropeserve's cached one for the
+params, or the caller's own when the body carries ``cos_sin_cache`` or ``cos`` + ``sin`` (a ``CallerTable``:
+checked, bounded by ``max_table_elements``, compared with ropeserve's, then rotated with by the same kernels).
+A lone request is rotated in place in its own request buffer and answered from it without a copy. Jobs with the same table, dtype, head sizes, pairing and
 M-RoPE layout form a batch for one kernel call in the worker thread: a kernel with a batch entry point (the C
 kernel) rotates each job in its own buffer, sharing one list of pieces among the threads; otherwise the jobs
 are concatenated along the token axis (token-major rows ``[N, H·D]``), rotated in place, and answered from
@@ -32,6 +34,15 @@ from ropeserve.errors import InvalidInput, check_limit
 from ropeserve.kernels import MropeSpec, RotationSpec, get_batch_kernel, get_kernel, kernel_report, select_kernel
 from ropeserve.kernels.prep import RotationInputs, from_token_major, prepare, rotary_dim_of
 from ropeserve.rope.apply import Layout
+from ropeserve.rope.caller_tables import (
+    TABLE_TENSORS,
+    CallerTable,
+    TableDifference,
+    caller_table,
+    check_covers,
+    compare_table,
+    has_caller_table,
+)
 from ropeserve.rope.tables import MAX_POSITION, Pairing, RopeTable, TableCache, effective_length
 from ropeserve.serving.batcher import Batcher, BatchObserver, DisconnectCheck, Timed
 from ropeserve.serving.buffers import BodyBuffers
@@ -44,9 +55,12 @@ if TYPE_CHECKING:  # injected by the api layer; serving does not import the sett
 INLINE_PREPARE_ELEMENTS = 1 << 16
 """Most elements (q, k and positions together) a CPU request is prepared with on the event loop (checks, a dtype
 cast); a larger one is prepared in a thread, as every request is on CUDA."""
+INLINE_BUILD_ELEMENTS = 1 << 16
+"""Most cos/sin table elements a request may compute on the event loop (a cache miss, or a far position growing a
+cached table); a larger build runs in the threadpool. (A rotation grows its table in the kernel thread anyway.)"""
 REQUIRED_TENSORS = ("q", "positions")
-OPTIONAL_TENSORS = ("k",)
-"""Largest position accepted (int32 range), as the JSON endpoints."""
+OPTIONAL_TENSORS = ("k", *TABLE_TENSORS)
+"""``k``, and the caller's own cos/sin table (``cos_sin_cache``, or ``cos`` and ``sin``) to rotate with."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +68,8 @@ class RotationOptions:
     """Resolved request parameters.
 
     ``mrope``: positions carry T/H/W rows (the M-RoPE endpoint). ``dtype``: cast q and k to it before rotating
-    (the answer is in it); None keeps theirs. ``rotary_dim`` overrides the params' rotated width.
+    (the answer is in it); None keeps theirs. ``rotary_dim`` overrides the params' rotated width. ``atol``: rows
+    of a caller's table differing from ropeserve's by more count as differing.
     """
 
     params: RopeParams
@@ -63,6 +78,7 @@ class RotationOptions:
     mrope: bool = False
     dtype: torch.dtype | None = None
     rotary_dim: int | None = None
+    atol: float = 0.0
 
     def resolved_params(self) -> RopeParams:
         """``params`` with the ``rotary_dim`` override applied and re-validated."""
@@ -94,6 +110,8 @@ class RotationJob:
     spec: RotationSpec
     params: RopeParams
     ready: Ready = None
+    caller: TableDifference | None = None
+    """With the caller's own table (``table`` is then a ``CallerTable``): how it differs from ropeserve's."""
 
     @property
     def tokens(self) -> int:
@@ -207,12 +225,26 @@ class RotationService:
             raise InvalidInput("M-RoPE needs params with mrope_section (config, preset or rope)", field="mrope_section")
         spec = RotationSpec(params.head_dim, options.layout, options.pairing, mrope)
         max_position = int(positions.max()) if positions.numel() else 0
-        table = self.tables.get(params, effective_length(params, max_position), self.device)
-        _check_table_growth(table, max_position, self.settings.max_table_elements)
+        table, caller = self._table(tensors, params, options, max_position)
         q, q_ready = self.staging.to_device(q, options.dtype)
         k, k_ready = (None, None) if k is None else self.staging.to_device(k, options.dtype)
         inputs = prepare(q, k, positions, table, spec, positions_to_device=False)
-        return RotationJob(q, k, positions, inputs, table, spec, params, k_ready or q_ready)
+        return RotationJob(q, k, positions, inputs, table, spec, params, k_ready or q_ready, caller)
+
+    def _table(
+        self, tensors: Mapping[str, torch.Tensor], params: RopeParams, options: RotationOptions, max_position: int
+    ) -> tuple[RopeTable, TableDifference | None]:
+        """ropeserve's cached table for ``params`` (grown to ``max_position`` within the limit), or the caller's
+        own (``cos_sin_cache`` or ``cos`` + ``sin``: checked, bounded, compared with ropeserve's)."""
+        if not has_caller_table(tensors):
+            table = self.tables.get(params, effective_length(params, max_position), self.device)
+            _check_table_growth(table, max_position, self.settings.max_table_elements)
+            return table, None
+        cos, sin = caller_table(tensors, params.rotary_dim, options.pairing)
+        check_limit(2 * cos.numel(), self.settings.max_table_elements, "table elements (cos+sin)", "cos_sin_cache")
+        check_covers(cos.shape[0], max_position)
+        difference = compare_table(params, cos, sin, atol=options.atol, cache=self.tables)
+        return CallerTable.of(cos, sin, self.device), difference
 
     def run(self, jobs: Sequence[RotationJob]) -> list[Rotated]:
         """Worker thread: once the jobs' copies are in (a wait on the device), rotate one job in place, or
@@ -266,11 +298,12 @@ class RotationService:
             "rope_type": job.params.rope_type,
             "head_dim": job.params.head_dim,
             "rotary_dim": rotary_dim_of(job.table),
-            "attention_factor": job.table.attention_factor,
+            "attention_factor": None if job.caller is not None else job.table.attention_factor,
             "pairing": job.spec.pairing,
             "layout": job.spec.layout,
             "mrope": None if mrope is None else {"section": list(mrope.section), "layout": mrope.layout},
             "dtype": str(q.dtype).removeprefix("torch."),
+            "table": None if job.caller is None else job.caller.as_dict(),
             "batch": {"size": timed.batch_size, "tokens": timed.batch_tokens},
             "timings": {**phases, "queue_s": timed.queue_s, "compute_s": timed.compute_s, "total_s": total},
         }
@@ -288,11 +321,7 @@ def _check_position_values(positions: torch.Tensor) -> None:
 
 def _check_table_growth(table: RopeTable, max_position: int, limit: int) -> None:
     """Refuse positions that would grow the shared cos/sin table past ``limit`` elements."""
-    cached_rows = table.rows[0].shape[0]
-    if max_position < cached_rows or max_position >= table.row_cap:
-        return
-    rows = min(table.row_cap, 1 << max(max_position, 1).bit_length())
-    check_limit(2 * rows * table.inv_freq.numel(), limit, "rope table elements (cos+sin rows)", "positions")
+    check_limit(table.growth_elements(max_position), limit, "rope table elements (cos+sin rows)", "positions")
 
 
 def _rows(x4: torch.Tensor | None) -> torch.Tensor:

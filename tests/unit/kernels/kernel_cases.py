@@ -17,6 +17,7 @@ LAYOUT_SHAPES = {
     "bhtd": lambda batch, heads, tokens, head_dim: (batch, heads, tokens, head_dim),
     "bthd": lambda batch, heads, tokens, head_dim: (batch, tokens, heads, head_dim),
     "flat": lambda batch, heads, tokens, head_dim: (tokens, heads * head_dim),
+    "batched_flat": lambda batch, heads, tokens, head_dim: (batch, tokens, heads * head_dim),
 }
 ROPES: dict[str, dict[str, Any]] = {
     "default": {"rope_theta": 10_000.0, "head_dim": 64},
@@ -124,7 +125,12 @@ def parity_cases() -> list[Case]:
 
 
 BATCHES: dict[str, list[Case]] = {
-    "mixed-layouts": [Case(layout="bhtd"), Case(layout="flat", tokens=11), Case(layout="bthd", batch=3, tokens=2)],
+    "mixed-layouts": [
+        Case(layout="bhtd"),
+        Case(layout="flat", tokens=11),
+        Case(layout="bthd", batch=3, tokens=2),
+        Case(layout="batched_flat", batch=2, tokens=5),
+    ],
     "shared-positions": [Case(shared_positions=True, batch=3), Case(layout="bthd", tokens=7), Case(tokens=1, batch=1)],
     "no-k": [Case(k_heads=0, layout="flat", tokens=6), Case(k_heads=0, layout="bhtd")],
     "partial": [Case(rope="partial", layout="bthd"), Case(rope="partial", layout="flat", tokens=9)],

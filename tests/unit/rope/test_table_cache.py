@@ -174,3 +174,19 @@ def test_many_threads_growing_one_cached_table_share_it_and_agree_with_direct_va
         thread.join(HOOK_TIMEOUT_S)
     assert not errors
     assert cache.get(theta, None, torch.device("cpu")).rows[0].shape[0] == 64 << (workers - 1)
+
+
+def test_build_elements_tells_what_a_lookup_would_compute_without_counting_it() -> None:
+    """A miss builds the whole table (rows to the next power of two), a covered lookup nothing, a far position the
+    grown table; past ``row_cap`` positions are computed one by one (0 to build). No hit or miss is counted."""
+    cache, p, cpu = TableCache(), params(123.0), torch.device("cpu")
+    n_freq = HEAD_DIM // 2
+    assert cache.build_elements(p, None, cpu, 100) == 2 * 128 * n_freq
+    assert (cache.hits, cache.misses, len(cache)) == (0, 0, 0)
+    rope_cos_sin(p, torch.arange(101), cache=cache)
+    counts = (cache.hits, cache.misses)
+    assert cache.build_elements(p, None, cpu, 127) == 0
+    assert cache.build_elements(p, None, cpu, 5000) == 2 * 8192 * n_freq
+    table = cache.get(p, None, cpu)
+    assert cache.build_elements(p, None, cpu, table.row_cap) == 0
+    assert (cache.hits, cache.misses) == (counts[0] + 1, counts[1])  # only the get() above

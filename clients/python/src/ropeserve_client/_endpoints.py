@@ -40,9 +40,9 @@ P = ParamSpec("P")
 T = TypeVar("T")
 Dtype = Literal["float32", "bfloat16", "float16"]
 Pairing = Literal["neox", "gptj"]
-Layout = Literal["bhtd", "bthd", "flat"]
+Layout = Literal["bhtd", "bthd", "flat", "batched_flat"]
 Transport = Literal["http", "shm"]
-ROPE_APPLY, MROPE_APPLY = "/v1/rope/apply", "/v1/mrope/apply"
+ROPE_APPLY, MROPE_APPLY, ROPE_APPLY_TABLE = "/v1/rope/apply", "/v1/mrope/apply", "/v1/rope/apply-table"
 Ints = Sequence[int] | Sequence[Sequence[int]] | Any
 """A (nested) list of ints, or an integer tensor/array."""
 
@@ -96,6 +96,8 @@ class RotationEndpoint(Endpoint[P, T]):
         @functools.wraps(self.build)
         def call(*args: Any, transport: Transport = "http", **kwargs: Any) -> Any:
             if transport == "shm":
+                if kwargs.get("table") is not None:
+                    raise ValueError("a caller's table travels over HTTP only: drop table= or transport='shm'")
                 return client._rotate_shm(self.path, *rotation_inputs(*args, **kwargs))
             if transport != "http":
                 raise ValueError(f"transport must be 'http' or 'shm', not {transport!r}")
@@ -343,11 +345,12 @@ def rotation_inputs(
     pairing: Pairing | None = None,
     dtype: Dtype | None = None,
     rotary_dim: int | None = None,
+    table: Any = None,
     **extra: Any,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(tensors, params)`` of a rotation request, whatever carries it."""
     source = rope_source(preset=preset, config=config, rope=rope, layer_type=layer_type)
-    tensors = {"q": q, "k": k, "positions": _int_tensor(positions)}
+    tensors = {"q": q, "k": k, "positions": _int_tensor(positions), **table_tensors(table)}
     options = {"layout": layout, "pairing": pairing, "dtype": dtype, "rotary_dim": rotary_dim}
     return tensors, _rotation_params(source, options, extra)
 
@@ -365,21 +368,26 @@ def apply_rope(
     pairing: Pairing | None = None,
     dtype: Dtype | None = None,
     rotary_dim: int | None = None,
+    table: Any = None,
     **extra: Any,
 ) -> Operation[TensorResult]:
     """``POST /v1/rope/apply`` (safetensors both ways): rotated ``q`` (and ``k``), same shapes and dtypes.
 
-    * **q**, **k** - tensors in **layout** ``bhtd`` (transformers), ``bthd`` (flash-attn) or ``flat`` (vLLM);
-      ``k`` may have fewer heads (GQA) or be omitted.
+    * **q**, **k** - tensors in **layout** ``bhtd`` (transformers), ``bthd`` (flash-attn), ``flat`` (vLLM,
+      ``[T, H*D]``) or ``batched_flat`` (``[B, T, H*D]``); ``k`` may have fewer heads (GQA) or be omitted.
     * **positions** - int tensor ``[T]`` or ``[B, T]``.
     * **dtype** - cast q and k to it before rotating (default: keep theirs); **rotary_dim** - override the
       rotated width (partial rotary).
+    * **table** - rotate with your own cos/sin table instead of ropeserve's: a ``cos_sin_cache`` ``[N, rotary_dim]``
+      (cos half, then sin half, as vLLM/SGLang keep it) or a ``(cos, sin)`` pair (``[N, rotary_dim/2]``, or full
+      width in the pairing's layout); **positions** index its rows. ``result.meta["table"]`` then compares it
+      with ropeserve's (``max_abs_error``, ``first_differing_position``; ``atol=`` loosens it). HTTP only.
     * **transport** (on a client) - ``"http"`` (default) or ``"shm"``: through shared memory, for a client on
       the server's host (the results are then views on the client's region; see ``ropeserve_client._shm``).
     """
     tensors, params = rotation_inputs(
         q, k, positions=positions, preset=preset, config=config, rope=rope, layer_type=layer_type, layout=layout,
-        pairing=pairing, dtype=dtype, rotary_dim=rotary_dim, **extra,
+        pairing=pairing, dtype=dtype, rotary_dim=rotary_dim, table=table, **extra,
     )  # fmt: skip
     return tensors_post(ROPE_APPLY, tensors, params)
 
@@ -398,28 +406,33 @@ def apply_rope_table(
     cos_sin_cache: Any = None,
     cos: Any = None,
     sin: Any = None,
-    preset: str | None = None,
-    config: ConfigLike | None = None,
-    rope: Mapping[str, Any] | None = None,
-    layer_type: str | None = None,
-    layout: str | None = None,
-    pairing: Pairing | None = None,
-    atol: float | None = None,
-    **extra: Any,
+    layout: Layout | None = None,
+    **options: Any,
 ) -> Operation[TensorResult]:
-    """``POST /v1/rope/apply-table``: rotate ``q`` (and ``k``) with the caller's own table, and compare that table
-    with ropeserve's (``metadata["table"]``: ``max_abs_error``, ``first_differing_position``, ``non_finite``).
+    """``POST /v1/rope/apply-table``: :func:`apply_rope` with the caller's own table required and **layout**
+    ``flat`` by default; ``result.meta["table"]`` compares that table with ropeserve's (``max_abs_error``,
+    ``first_differing_position``, ``non_finite``; ``atol=`` - rows differing by more count as differing).
 
     * **cos_sin_cache** - ``[N, rotary_dim]`` (cos half, then sin half: vLLM, SGLang), or **cos** and **sin**
       (``[N, rotary_dim/2]`` or full width in the pairing's layout); **positions** index its rows.
-    * **layout** - ``flat`` (default, ``[T, H*D]``), ``batched_flat`` (``[B, T, H*D]``), ``bhtd`` or ``bthd``.
-    * **atol** - rows differing by more count as differing (default 0: any difference).
     """
-    source = rope_source(preset=preset, config=config, rope=rope, layer_type=layer_type)
-    tensors = {"q": q, "k": k, "positions": _int_tensor(positions), "cos_sin_cache": cos_sin_cache}
-    tensors |= {"cos": cos, "sin": sin}
-    options = {"layout": layout, "pairing": pairing, "atol": atol}
-    return tensors_post("/v1/rope/apply-table", tensors, _rotation_params(source, options, extra))
+    if cos_sin_cache is not None and (cos is not None or sin is not None):
+        raise ValueError("pass cos_sin_cache, or cos and sin, not both")
+    table = cos_sin_cache if cos is None and sin is None else (cos, sin)
+    tensors, params = rotation_inputs(q, k, positions=positions, layout=layout, table=table, **options)
+    return tensors_post(ROPE_APPLY_TABLE, tensors, params)
+
+
+def table_tensors(table: Any) -> dict[str, Any]:
+    """The body's tensors for a caller's table: ``cos_sin_cache`` (one tensor or array), or ``cos`` and ``sin``
+    (a pair); none for None."""
+    if table is None:
+        return {}
+    if isinstance(table, tuple | list):
+        if len(table) != 2:
+            raise ValueError("table must be a cos_sin_cache tensor or a (cos, sin) pair")
+        return {"cos": table[0], "sin": table[1]}
+    return {"cos_sin_cache": table}
 
 
 def apply_vision_rope(
