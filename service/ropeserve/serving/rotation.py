@@ -1,14 +1,14 @@
 """Rotation service: decoded request → rope params → positions → table → kernel → response body.
 
 ``RotationService.rotate`` validates everything on the event loop (cheap: views and header checks), submits a
-``RotationJob`` to the batcher, and encodes the rotated tensors. The table is ropeserve's cached one for the
-params, or the caller's own when the body carries ``cos_sin_cache`` or ``cos`` + ``sin`` (a ``CallerTable``:
-checked, bounded by ``max_table_elements``, compared with ropeserve's, then rotated with by the same kernels).
-A lone request is rotated in place in its own request buffer and answered from it without a copy. Jobs with the same table, dtype, head sizes, pairing and
-M-RoPE layout form a batch for one kernel call in the worker thread: a kernel with a batch entry point (the C
-kernel) rotates each job in its own buffer, sharing one list of pieces among the threads; otherwise the jobs
-are concatenated along the token axis (token-major rows ``[N, H·D]``), rotated in place, and answered from
-slices of the batch (views for the token-major layouts).
+``RotationJob`` to the batcher, and encodes the rotated tensors. The table is ropeserve's cached one for the params,
+or the caller's own when the body carries ``cos_sin_cache`` or ``cos`` + ``sin`` (a ``CallerTable``: checked,
+bounded by ``max_table_elements``, compared with ropeserve's, then rotated with by the same kernels). A lone request
+is rotated in place in its own request buffer and answered from it without a copy. Jobs with the same table, dtype,
+head sizes, pairing and M-RoPE layout form a batch for one kernel call in the worker thread: a kernel with a batch
+entry point (the C kernel) rotates each job in its own buffer, sharing one list of pieces among the threads;
+otherwise the jobs are concatenated along the token axis (token-major rows ``[N, H·D]``), rotated in place, and
+answered from slices of the batch (views for the token-major layouts).
 
 On CUDA the path has no host synchronisation before the answer is copied back: q and k go to the device
 through pinned memory on a copy stream (``staging.py``), positions stay on the host (their range, read there,
