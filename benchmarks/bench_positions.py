@@ -3,7 +3,7 @@
 Both run in this process on the same CPU tensors, after warm-up, in alternating rounds; the table reports the
 median (and best) time per call and their ratio (transformers / ropeserve). Outputs are asserted identical first.
 
-    .venv/bin/python benchmarks/bench_positions.py [--repeats N] [--threads T]
+    .venv/bin/python benchmarks/bench_positions.py [--repeats N] [--threads T] [--only NAME ...]
 
 Workloads (issue #3; issue #17 adds the same prompts under other transformers modules' rules):
   * video+images: 8 rows x ~2.8k tokens, each row 4 images of 28x28 patches and one 8x16x16 video, left padding.
@@ -385,7 +385,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=25, help="timed rounds per implementation (median reported)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument(
+        "--only", nargs="+", default=None, metavar="NAME", help="run only the workloads whose name contains NAME"
+    )
     args = parser.parse_args()
+
+    def selected(name: str) -> bool:
+        return args.only is None or any(part in name for part in args.only)
+
     torch.set_num_threads(args.threads)
 
     print(f"torch {torch.__version__}, threads={torch.get_num_threads()}, median (best) of {args.repeats} rounds")
@@ -399,6 +406,8 @@ def main() -> None:
         video_and_images("qwen3_5"),
         video_and_images("ernie4_5_vl_moe"),
     ):
+        if not selected(workload.name):
+            continue
         expected = transformers_get_rope_index(workload)
         for implementation in (ropeserve_tokens, ropeserve_segments):
             got = implementation(workload)
@@ -421,6 +430,8 @@ def main() -> None:
             f"({ours_best * 1e3:5.3f}){hf / ours:>6.1f}x ({hf_best / ours_best:4.1f}x){segments * 1e3:>11.3f}"
         )
     for name, tokens, reference, ours_fn in own_rule_workloads():
+        if not selected(name):
+            continue
         expected, got = reference(), ours_fn()
         assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True)), f"{name}: outputs differ"
         timings = interleaved_medians(

@@ -1,0 +1,84 @@
+"""Per-grid index patterns (the T/H/W offsets of a vision block's tokens), cached read-only and bounded in bytes.
+
+The per-family position builders lay an image out as ``origin + pattern`` written straight into the output
+(``np.add(pattern, origin, out=view)``): one numpy call per image instead of several. Grid shapes recur (the same
+resolution across a batch and across requests), so the patterns are kept in a least-recently-used cache.
+
+Isolation: a cached pattern is never handed to a caller; it is read-only (``writeable`` False), so an accidental
+in-place write raises instead of corrupting later answers, and answers are always fresh arrays computed from it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+
+import numpy as np
+
+__all__ = ["PATTERN_CACHE_BYTES", "PATTERN_MAX_BYTES", "PatternCache", "grid_pattern", "pattern"]
+
+PATTERN_CACHE_BYTES = 32 * 2**20
+"""Bytes all cached patterns may hold together (least recently used dropped first)."""
+PATTERN_MAX_BYTES = 4 * 2**20
+"""A pattern larger than this (a grid of more than ~170k tokens) is built for the call and not kept."""
+
+
+class PatternCache:
+    """Thread-safe LRU of read-only int64 arrays, bounded in bytes (``max_bytes`` in all, ``max_entry_bytes``
+    each: a larger pattern is returned without being stored)."""
+
+    def __init__(self, max_bytes: int = PATTERN_CACHE_BYTES, max_entry_bytes: int = PATTERN_MAX_BYTES) -> None:
+        self.max_bytes, self.max_entry_bytes = max_bytes, max_entry_bytes
+        self._patterns: OrderedDict[Hashable, np.ndarray] = OrderedDict()
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, build: Callable[[], np.ndarray]) -> np.ndarray:
+        """The pattern stored under ``key``, built by ``build()`` (and stored, read-only) on a miss."""
+        with self._lock:
+            found = self._patterns.get(key)
+            if found is not None:
+                self._patterns.move_to_end(key)
+                return found
+        built = build()
+        built.flags.writeable = False
+        if built.nbytes > self.max_entry_bytes:
+            return built
+        with self._lock:
+            if key not in self._patterns:
+                self._patterns[key] = built
+                self._held += built.nbytes
+                while self._held > self.max_bytes:
+                    self._held -= self._patterns.popitem(last=False)[1].nbytes
+        return built
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the cached patterns hold now."""
+        with self._lock:
+            return self._held
+
+    def __len__(self) -> int:
+        return len(self._patterns)
+
+
+PATTERNS = PatternCache()
+
+
+def pattern(key: Hashable, build: Callable[[], np.ndarray]) -> np.ndarray:
+    """:meth:`PatternCache.get` on the module's cache (keys start with the building family's name)."""
+    return PATTERNS.get(key, build)
+
+
+def _grid(frames: int, rows: int, columns: int) -> np.ndarray:
+    values = np.empty((3, frames, rows, columns), dtype=np.int64)
+    values[0] = np.arange(frames)[:, None, None]
+    values[1] = np.arange(rows)[None, :, None]
+    values[2] = np.arange(columns)[None, None, :]
+    return values.reshape(3, -1)
+
+
+def grid_pattern(frames: int, rows: int, columns: int) -> np.ndarray:
+    """``[3, frames*rows*columns]`` read-only (frame, row, column) of each token of a frame-major grid."""
+    return pattern(("grid", frames, rows, columns), lambda: _grid(frames, rows, columns))
