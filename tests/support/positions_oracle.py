@@ -297,3 +297,31 @@ def _separate_same_kind(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _row_types_nonempty(item: dict[str, Any]) -> bool:
     return "text" not in item or item["text"] > 0
+
+
+def padded_with_holes(
+    draw: st.DrawFn,
+    rows: list[list[tuple[int, ...]]],
+    pads: list[int],
+    left: bool,
+    fillers: list[tuple[int, ...]],
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Rows of tokens (each a tuple of channels, e.g. ``(id,)`` or ``(id, type)``) as ``[B, L]`` tensors, one per
+    channel, and the ``[B, L]`` mask: padded on one side (``pads`` slots per row), and sometimes with masked-out
+    slots inside a row holding any of ``fillers`` (markers and image tokens included), which transformers drops
+    before laying the row out."""
+    slots = []
+    for row in rows:
+        row_slots = [(token, 1) for token in row]
+        for _ in range(draw(st.integers(1, 2)) if draw(st.integers(0, 3)) == 0 else 0):
+            row_slots.insert(draw(st.integers(0, len(row_slots))), (draw(st.sampled_from(fillers)), 0))
+        slots.append(row_slots)
+    width = max(len(r) + p for r, p in zip(slots, pads, strict=True))
+    channels = [torch.full((len(rows), width), value, dtype=torch.long) for value in fillers[0]]
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, row_slots in enumerate(slots):
+        start = width - len(row_slots) if left else 0
+        for c, channel in enumerate(channels):
+            channel[b, start : start + len(row_slots)] = torch.tensor([token[c] for token, _ in row_slots])
+        mask[b, start : start + len(row_slots)] = torch.tensor([real for _, real in row_slots])
+    return channels, mask

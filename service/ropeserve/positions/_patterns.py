@@ -2,7 +2,7 @@
 
 The per-family position builders lay an image out as ``origin + pattern`` written straight into the output
 (``np.add(pattern, origin, out=view)``): one numpy call per image instead of several. Grid shapes recur (the same
-resolution across a batch and across requests), so the patterns are kept in a least-recently-used cache.
+resolution across a batch and across requests), so the patterns are kept, up to a byte budget.
 
 Isolation: a cached pattern is never handed to a caller; it is read-only (``writeable`` False), so an accidental
 in-place write raises instead of corrupting later answers, and answers are always fresh arrays computed from it.
@@ -25,22 +25,21 @@ PATTERN_MAX_BYTES = 4 * 2**20
 
 
 class PatternCache:
-    """Thread-safe LRU of read-only int64 arrays, bounded in bytes (``max_bytes`` in all, ``max_entry_bytes``
-    each: a larger pattern is returned without being stored)."""
+    """Thread-safe cache of read-only int64 arrays, bounded in bytes (``max_bytes`` in all, oldest entries dropped
+    first; ``max_entry_bytes`` each: a larger pattern is returned without being stored). A hit takes no lock (one
+    dict read; a builder runs several times a call, so the look-up is kept to that)."""
 
     def __init__(self, max_bytes: int = PATTERN_CACHE_BYTES, max_entry_bytes: int = PATTERN_MAX_BYTES) -> None:
         self.max_bytes, self.max_entry_bytes = max_bytes, max_entry_bytes
-        self._patterns: OrderedDict[Hashable, np.ndarray] = OrderedDict()
+        self._patterns: OrderedDict[Hashable, np.ndarray] = OrderedDict()  # insertion order: oldest first
         self._held = 0
         self._lock = threading.Lock()
 
     def get(self, key: Hashable, build: Callable[[], np.ndarray]) -> np.ndarray:
         """The pattern stored under ``key``, built by ``build()`` (and stored, read-only) on a miss."""
-        with self._lock:
-            found = self._patterns.get(key)
-            if found is not None:
-                self._patterns.move_to_end(key)
-                return found
+        found = self._patterns.get(key)
+        if found is not None:
+            return found
         built = build()
         built.flags.writeable = False
         if built.nbytes > self.max_entry_bytes:

@@ -13,7 +13,6 @@ more than the two ``</slice><slice>`` markers: the newline); the markers pin the
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +20,7 @@ import torch
 
 from ropeserve.errors import InvalidInput
 from ropeserve.positions._common import IntsLike, as_long_array
+from ropeserve.positions._patterns import pattern
 from ropeserve.positions.mrope import MRopePositions, mask_and_lengths
 
 __all__ = ["MINICPMV_MARKERS", "MiniCpmMarkers", "minicpmv_positions"]
@@ -50,71 +50,120 @@ Slices = list[tuple[int, int]]
 """``(start, end)`` token runs of a frame's slice crops."""
 Frame = tuple[int, int, int, int, Slices]
 """``(modality, thumb start, thumb end, frame end, slices)``."""
+Crop = tuple[int, int, int, bool, bool, int]
+"""``(modality, start, end, after <slice>, only markers since the previous crop, end past its closing markers)``."""
 
 
-def _groups(tokens: np.ndarray, types: np.ndarray, markers: tuple[int, ...]) -> list[tuple[int, int, list[Frame]]]:
-    """``(group start, group end, frames)``; a frame is ``(modality, thumb start, thumb end, frame end, slices)``.
+def _crops(
+    tokens: np.ndarray, types: np.ndarray, starts: np.ndarray, lengths: np.ndarray, markers: tuple[int, ...]
+) -> list[list[Crop]]:
+    """Each row's crops (maximal runs of visual tokens) in row coordinates, from the real tokens of the whole batch
+    (``tokens``, ``types``: the rows' real tokens end to end, row ``b`` from ``starts[b]``).
 
-    transformers walks the tokens one by one; here runs, marker tests and frame ends are array operations and only
-    the crops are visited in Python.
+    transformers walks every token in Python; here the runs, marker tests and frame ends are array operations over
+    the batch and only the crops are visited in Python.
     """
-    length = types.size
-    bounds = np.concatenate([[0], np.flatnonzero(np.diff(types)) + 1, [length]]) if length else np.zeros(1, int)
+    rows, total = lengths.size, tokens.size
+    per_row: list[list[Crop]] = [[] for _ in range(rows)]
+    if not total:
+        return per_row
+    change = np.ones(total, dtype=bool)
+    change[1:] = types[1:] != types[:-1]
+    change[starts[lengths > 0]] = True  # a run never crosses a row start
+    bounds = np.flatnonzero(change)
+    visual = types[bounds] != 0
+    first, last = bounds[visual], np.append(bounds[1:], total)[visual]
+    if not first.size:
+        return per_row
+    row = np.searchsorted(starts, first, side="right") - 1
     is_marker = np.isin(tokens, markers)
-    non_markers_before = np.concatenate([[0], np.cumsum(~is_marker)])  # [i]: non-marker tokens in tokens[:i]
-    # next_text[i]: first index >= i that is not a marker (length if none): where a frame's closing markers stop
-    next_text = np.where(is_marker, length, np.arange(length))
-    next_text = np.minimum.accumulate(next_text[::-1])[::-1] if length else next_text
-    groups: list[tuple[int, list[tuple[int, int, int, Slices]]]] = []
+    non_markers = np.concatenate([[0], np.cumsum(~is_marker)])  # [i]: non-marker tokens before i
+    opens_row = np.ones(first.size, dtype=bool)
+    opens_row[1:] = row[1:] != row[:-1]
+    previous_end = np.where(opens_row, starts[row], np.roll(last, 1))
+    gap_end = first - 1
+    only_markers = (gap_end <= previous_end) | (non_markers[np.maximum(gap_end, 0)] == non_markers[previous_end])
+    text = np.append(np.flatnonzero(~is_marker), total)  # where the markers after a crop stop
+    closed = np.minimum(text[np.searchsorted(text, last)], starts[row] + lengths[row])
+    origin = starts[row]
+    for b, crop in zip(
+        row.tolist(),
+        zip(
+            types[first].tolist(),
+            (first - origin).tolist(),
+            (last - origin).tolist(),
+            (tokens[first - 1] == markers[0]).tolist(),  # (a row's first crop opens a frame whatever this says)
+            only_markers.tolist(),
+            (closed - origin).tolist(),
+            strict=True,
+        ),
+        strict=True,
+    ):
+        per_row[b].append(crop)
+    return per_row
+
+
+def _groups(crops: list[Crop]) -> list[tuple[int, int, list[Frame]]]:
+    """``(group start, group end, frames)`` of one row, as transformers' ``_group_visual_frames``: a crop right after
+    ``<slice>`` is a slice of the open frame, any other opens a frame, which joins the previous group when only
+    markers lie between them."""
+    groups: list[tuple[int, list[tuple[int, int, int, int, Slices]]]] = []
     open_slices: Slices | None = None
-    previous_end = 0
-    for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        modality = int(types[start])
-        if modality == 0:
-            continue
-        if open_slices is not None and int(tokens[start - 1]) == markers[0]:
+    slice_ends: list[int] = []
+    for modality, start, end, after_slice, only_markers, closed in crops:
+        if open_slices is not None and after_slice:
             open_slices.append((start, end))
+            slice_ends[-1] = closed
         else:
             open_slices = []
-            frame = (modality, start, end, open_slices)
-            gap_end = start - 1
-            only_markers = gap_end <= previous_end or non_markers_before[gap_end] == non_markers_before[previous_end]
+            slice_ends.append(closed)
+            frame = (modality, start, end, len(slice_ends) - 1, open_slices)
             if groups and only_markers:
                 groups[-1][1].append(frame)
             else:
                 groups.append((start - 1, [frame]))
-        previous_end = end
     out = []
     for group_start, frames in groups:
-        laid: list[Frame] = []
-        for modality, thumb_start, thumb_end, slices in frames:
-            last = slices[-1][1] if slices else thumb_end
-            frame_end = int(next_text[last]) if last < length else last
-            laid.append((modality, thumb_start, thumb_end, frame_end, slices))
+        laid = [(modality, start, end, slice_ends[k], slices) for modality, start, end, k, slices in frames]
         out.append((group_start, laid[-1][3], laid))
     return out
 
 
-@functools.lru_cache(maxsize=4096)
-def _canvas_grid(grid_h: int, grid_w: int, canvas_h: int, canvas_w: int) -> np.ndarray:
-    """``[3, grid_h*grid_w]`` T/H/W of a crop stretched over a canvas, from 0: ``round(linspace(0, canvas - 1, n))``
-    computed by torch exactly as transformers does (cached: the same shapes recur)."""
-    h_coords = torch.linspace(0, canvas_h - 1, grid_h).round().long()
-    w_coords = torch.linspace(0, canvas_w - 1, grid_w).round().long()
-    h_grid, w_grid = torch.meshgrid(h_coords, w_coords, indexing="ij")
-    grid = torch.stack([torch.zeros_like(h_grid), h_grid, w_grid], dim=0).reshape(3, -1).numpy()
-    grid.flags.writeable = False
-    return grid
+def _canvas(grid_h: int, grid_w: int, canvas_h: int, canvas_w: int, h_off: int, w_off: int) -> np.ndarray:
+    """``[3, grid_h*grid_w]`` T/H/W from 0 of a crop stretched over a canvas and placed at ``(h_off, w_off)``:
+    ``round(linspace(0, canvas - 1, n))`` computed by torch exactly as transformers does."""
+
+    def build() -> np.ndarray:
+        h_coords = torch.linspace(0, canvas_h - 1, grid_h).round().long() + h_off
+        w_coords = torch.linspace(0, canvas_w - 1, grid_w).round().long() + w_off
+        h_grid, w_grid = torch.meshgrid(h_coords, w_coords, indexing="ij")
+        return torch.stack([torch.zeros_like(h_grid), h_grid, w_grid], dim=0).reshape(3, -1).numpy()
+
+    return pattern(("minicpmv", grid_h, grid_w, canvas_h, canvas_w, h_off, w_off), build)
 
 
-def _canvas_ids(
-    start: int, size: list[int], merge: int, canvas: tuple[int, int] = (0, 0), offset: tuple[int, int] = (0, 0)
-) -> np.ndarray:
-    """``[3, h*w]`` T/H/W of a crop of ``size`` patches, stretched over ``canvas`` (0: its own size)."""
-    grid_h, grid_w = int(size[0]) // merge, int(size[1]) // merge
-    ids = _canvas_grid(grid_h, grid_w, canvas[0] or grid_h, canvas[1] or grid_w) + start
-    ids[1:] += np.array(offset, dtype=np.int64)[:, None]
-    return ids
+def _between_markers(crop: np.ndarray, opening: tuple[int, int], closing: tuple[int, int]) -> np.ndarray:
+    """``[3, n + 2]``: a crop's ``[3, n]`` pattern with its opening and closing marker (T 0, H and W given)."""
+    return np.concatenate([[[0], [opening[0]], [opening[1]]], crop, [[0], [closing[0]], [closing[1]]]], axis=1)
+
+
+def _marked_thumbnail(grid_h: int, grid_w: int, canvas_h: int, canvas_w: int) -> np.ndarray:
+    """``<image>`` (the halo: -1 on H and W), the thumbnail over the canvas and ``</image>`` (the canvas' far
+    corner), ``[3, grid_h*grid_w + 2]`` from 0."""
+    return pattern(
+        ("minicpmv-thumbnail", grid_h, grid_w, canvas_h, canvas_w),
+        lambda: _between_markers(_canvas(grid_h, grid_w, canvas_h, canvas_w, 0, 0), (-1, -1), (canvas_h, canvas_w)),
+    )
+
+
+def _marked_slice(height: int, width: int, h_off: int, w_off: int) -> np.ndarray:
+    """``<slice>`` (the slice's top-left corner), the slice at its offset and ``</slice>`` (its bottom-right
+    corner), ``[3, height*width + 2]`` from 0."""
+    corner = (h_off + height - 1, w_off + width - 1)
+    return pattern(
+        ("minicpmv-slice", height, width, h_off, w_off),
+        lambda: _between_markers(_canvas(height, width, height, width, h_off, w_off), (h_off, w_off), corner),
+    )
 
 
 class _Sizes:
@@ -168,23 +217,35 @@ def _frame(positions: np.ndarray, frame: Frame, origin: int, sizes: _Sizes, merg
         slice_h, slice_w = first[0] // merge, first[1] // merge
         canvas_h, canvas_w = rows * slice_h, columns * slice_w
     positions[:, frame_start:frame_end] = origin
-    positions[1:, frame_start] = max(origin - 1, 0)  # <image>: the halo just outside the canvas
-    if thumb_end < frame_end:  # </image>: the canvas' far corner
-        positions[1, thumb_end] = origin + canvas_h
-        positions[2, thumb_end] = origin + canvas_w
-    positions[:, thumb_start:thumb_end] = _canvas_ids(origin, thumb, merge, (canvas_h, canvas_w))
+    grid_h, grid_w = thumb[0] // merge, thumb[1] // merge
+    if frame_start >= 0 and thumb_end < frame_end:  # <image>, thumbnail and </image> in one write
+        np.add(
+            _marked_thumbnail(grid_h, grid_w, canvas_h, canvas_w), origin, out=positions[:, frame_start : thumb_end + 1]
+        )
+        if origin == 0:
+            positions[1:, frame_start] = 0  # the halo is max(origin - 1, 0)
+    else:
+        positions[1:, frame_start] = max(origin - 1, 0)  # <image>: the halo just outside the canvas
+        if thumb_end < frame_end:  # </image>: the canvas' far corner
+            positions[1, thumb_end] = origin + canvas_h
+            positions[2, thumb_end] = origin + canvas_w
+        np.add(_canvas(grid_h, grid_w, canvas_h, canvas_w, 0, 0), origin, out=positions[:, thumb_start:thumb_end])
     for k, (slice_start, slice_end) in enumerate(slices):
         h_off, w_off = (k // columns) * slice_h, (k % columns) * slice_w
         size = first if k == 0 else sizes.next(modality, row)
         _check_crop(slice_start, slice_end, size, merge, row)
         height, width = size[0] // merge, size[1] // merge
+        if 0 <= frame_start <= slice_start - 1 and slice_end < frame_end:  # <slice>, crop, </slice> in one write
+            view = positions[:, slice_start - 1 : slice_end + 1]
+            np.add(_marked_slice(height, width, h_off, w_off), origin, out=view)
+            continue
         if slice_start - 1 >= frame_start:
             positions[1, slice_start - 1] = origin + h_off
             positions[2, slice_start - 1] = origin + w_off
         if slice_end < frame_end:
             positions[1, slice_end] = origin + h_off + height - 1
             positions[2, slice_end] = origin + w_off + width - 1
-        positions[:, slice_start:slice_end] = _canvas_ids(origin, size, merge, offset=(h_off, w_off))
+        np.add(_canvas(height, width, height, width, h_off, w_off), origin, out=positions[:, slice_start:slice_end])
     for k in range(len(slices) - 1):  # the newline ending a row of slices sits past its right edge
         gap_start, gap_end = slices[k][1], slices[k + 1][0]
         if gap_end - gap_start > 2:
@@ -193,13 +254,12 @@ def _frame(positions: np.ndarray, frame: Frame, origin: int, sizes: _Sizes, merg
     return origin + max(canvas_h, canvas_w) + 1
 
 
-def _row(
-    tokens: np.ndarray, types: np.ndarray, markers: tuple[int, ...], sizes: _Sizes, merge: int, row: int
-) -> np.ndarray:
-    length = tokens.size
-    positions = np.broadcast_to(np.arange(length), (3, length)).copy()
+def _row(positions: np.ndarray, crops: list[Crop], sizes: _Sizes, merge: int, row: int) -> None:
+    """Lay one row out into ``positions`` ``[3, length]`` (its real tokens)."""
+    length = positions.shape[1]
+    positions[:] = np.arange(length)
     position = index = 0
-    for group_start, group_end, frames in _groups(tokens, types, markers):
+    for group_start, group_end, frames in _groups(crops):
         if group_start > index:
             positions[:, index:group_start] = np.arange(group_start - index) + position
             position += group_start - index
@@ -218,7 +278,6 @@ def _row(
         index = group_end
     if index < length:
         positions[:, index:length] = np.arange(length - index) + position
-    return positions
 
 
 def minicpmv_positions(
@@ -245,8 +304,19 @@ def minicpmv_positions(
     mask, lengths = mask_and_lengths(attention_mask, ids)
     sizes = _Sizes(_sizes(target_sizes, "target_sizes"), _sizes(target_sizes_videos, "target_sizes_videos"))
     positions = np.zeros((3, *ids.shape), dtype=np.int64)
-    for b in range(ids.shape[0]):
-        positions[:, b, mask[b]] = _row(ids[b][mask[b]], types[b][mask[b]], markers.ids(), sizes, merge, b)
+    everything = bool(mask.all())
+    tokens, kinds = (ids.reshape(-1), types.reshape(-1)) if everything else (ids[mask], types[mask])
+    crops = _crops(tokens, kinds, np.cumsum(lengths) - lengths, lengths, markers.ids())
+    width = ids.shape[1]
+    first = mask.argmax(axis=1) if width else np.zeros(ids.shape[0], dtype=np.int64)
+    dense = (width - 1 - mask[:, ::-1].argmax(axis=1) - first + 1 == lengths) if width else lengths == 0
+    for b, (start, length, one_run) in enumerate(zip(first.tolist(), lengths.tolist(), dense.tolist(), strict=True)):
+        if one_run:  # the row's real tokens are one run of slots: lay it out in place
+            _row(positions[:, b, start : start + length], crops[b], sizes, merge, b)
+        else:
+            laid = np.empty((3, length), dtype=np.int64)
+            _row(laid, crops[b], sizes, merge, b)
+            positions[:, b, mask[b]] = laid
     deltas = positions.max(axis=(0, 2), initial=0)[:, None] + 1 - lengths[:, None]
     return MRopePositions(torch.from_numpy(positions), torch.from_numpy(deltas), torch.from_numpy(mask))
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from positions_oracle import padded_with_holes
 from transformers.models.glm_image.modeling_glm_image import GlmImageModel
 
 from ropeserve.errors import InvalidInput
@@ -26,27 +27,6 @@ def hf_glm_image(ids: torch.Tensor, grids: torch.Tensor | None, per_sample: torc
         stand_in, ids, image_grid_thw=grids, images_per_sample=per_sample, attention_mask=mask
     )
     return ids_out, deltas, stand_in._cached_decode_position_ids
-
-
-def padded_with_holes(
-    draw: st.DrawFn, rows: list[list[int]], pads: list[int], left: bool, fillers: list[int]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[B, L]`` ids and mask of the rows padded on one side; sometimes a row also gets masked-out slots inside it
-    (holding any of ``fillers``, markers included), which transformers drops before laying the row out."""
-    slots = []
-    for row in rows:
-        row_slots = [(token, 1) for token in row]
-        for _ in range(draw(st.integers(0, 2)) if draw(st.integers(0, 3)) == 0 else 0):
-            row_slots.insert(draw(st.integers(0, len(row_slots))), (draw(st.sampled_from(fillers)), 0))
-        slots.append(row_slots)
-    width = max(len(r) + p for r, p in zip(slots, pads, strict=True))
-    ids = torch.full((len(rows), width), fillers[0], dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for b, row_slots in enumerate(slots):
-        start = width - len(row_slots) if left else 0
-        ids[b, start : start + len(row_slots)] = torch.tensor([token for token, _ in row_slots], dtype=torch.long)
-        mask[b, start : start + len(row_slots)] = torch.tensor([real for _, real in row_slots], dtype=torch.long)
-    return ids, mask
 
 
 @st.composite
@@ -77,7 +57,9 @@ def batches(draw: st.DrawFn) -> dict[str, Any]:
         counts.append(len(row_grids))
     pads = draw(st.lists(st.integers(0, 3), min_size=len(rows), max_size=len(rows)))
     left = draw(st.booleans())
-    ids, mask = padded_with_holes(draw, rows, pads, left, fillers=[TEXT, START, END, IMAGE])
+    (ids,), mask = padded_with_holes(
+        draw, [[(token,) for token in row] for row in rows], pads, left, [(TEXT,), (START,), (END,), (IMAGE,)]
+    )
     shared = draw(st.booleans()) and len(rows) == 1
     return {
         "ids": ids,

@@ -11,6 +11,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from positions_oracle import padded_with_holes
 from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLModel
 
 from ropeserve.errors import InvalidInput
@@ -56,13 +57,7 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
         segment_rows.append(segments)
     pads = draw(st.lists(st.integers(0, 3), min_size=len(rows), max_size=len(rows)))
     left = draw(st.booleans())
-    width = max(len(r) + p for r, p in zip(rows, pads, strict=True))
-    types_t = torch.zeros((len(rows), width), dtype=torch.long)
-    mask = torch.zeros_like(types_t)
-    for b, row in enumerate(rows):
-        start = width - len(row) if left else 0
-        types_t[b, start : start + len(row)] = torch.tensor(row)
-        mask[b, start : start + len(row)] = 1
+    (types_t,), mask = padded_with_holes(draw, [[(kind,) for kind in row] for row in rows], pads, left, [(0,), (1,)])
     return {
         "types": types_t,
         "mask": mask,
@@ -74,7 +69,7 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases())
 def test_hunyuan_vl_matches_transformers(case: dict[str, Any]) -> None:
     expected_ids, expected_deltas = hf_hunyuan(case)
