@@ -15,8 +15,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
-__all__ = ["PATTERN_CACHE_BYTES", "PATTERN_MAX_BYTES", "PatternCache", "grid_pattern", "pattern"]
+__all__ = ["PATTERN_CACHE_BYTES", "PATTERN_MAX_BYTES", "PatternCache", "add_blocks", "grid_pattern", "pattern"]
 
 PATTERN_CACHE_BYTES = 32 * 2**20
 """Bytes all cached patterns may hold together (least recently used dropped first)."""
@@ -81,3 +82,29 @@ def _grid(frames: int, rows: int, columns: int) -> np.ndarray:
 def grid_pattern(frames: int, rows: int, columns: int) -> np.ndarray:
     """``[3, frames*rows*columns]`` read-only (frame, row, column) of each token of a frame-major grid."""
     return pattern(("grid", frames, rows, columns), lambda: _grid(frames, rows, columns))
+
+
+BATCHED_BLOCK_TOKENS = 512
+"""Blocks up to this many tokens are written with one strided assignment per pattern (a Python loop of small adds
+costs more); larger ones with one in-place add each (the assignment's gather costs more)."""
+
+
+def add_blocks(out: np.ndarray, starts: np.ndarray, block: np.ndarray, offsets: np.ndarray) -> None:
+    """``out[:, s_i : s_i + n] = block + offsets[:, i, None]`` for every ``i``.
+
+    ``out`` ``[C, M]`` (a view whose last axis is contiguous), ``starts`` ``[I]`` int64 of disjoint ranges,
+    ``block`` ``[C, n]``, ``offsets`` ``[C, I]`` or ``[1, I]``.
+    """
+    size = block.shape[1]
+    if size > BATCHED_BLOCK_TOKENS or starts.size == 1:
+        for start, offset in zip(starts.tolist(), offsets.T[:, :, None], strict=True):
+            np.add(block, offset, out=out[:, start : start + size])
+        return
+    # every window of ``size`` consecutive slots, as a view (the ranges are disjoint: each slot is written once)
+    windows = as_strided(
+        out,
+        (out.shape[0], out.shape[1] - size + 1, size),
+        (out.strides[0], out.strides[1], out.strides[1]),
+        writeable=True,
+    )
+    windows[:, starts] = block[:, None, :] + offsets[:, :, None]

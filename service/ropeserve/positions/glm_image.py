@@ -22,7 +22,7 @@ import torch
 
 from ropeserve.errors import InvalidInput
 from ropeserve.positions._common import MAX_ELEMENTS, IntsLike, as_long_array, check_element_limit, require_int
-from ropeserve.positions._patterns import grid_pattern
+from ropeserve.positions._patterns import add_blocks, grid_pattern
 from ropeserve.positions.mrope import mask_and_lengths
 
 __all__ = [
@@ -122,7 +122,7 @@ def _find_images(
     grid = grids.array[grids.first[row] + rank]
     # compact (real-token) index of each image's first token and of its <image_end>
     first_token, end_token = counts.reshape(-1)[opens], counts.reshape(-1)[closes] - 1
-    previous_end = np.where(rank > 0, np.roll(end_token, 1), 0)
+    previous_end = np.where(rank > 0, np.concatenate([[0], end_token[:-1]]), 0)  # the row's previous image
     bad = (end_token - first_token != grid.astype(np.float64).prod(axis=1)) | (first_token < previous_end)
     if bad.any():  # (the product in float: a grid's t*h*w may pass int64)
         image = int(np.flatnonzero(bad)[0])
@@ -146,18 +146,18 @@ def _prefill(mask: np.ndarray, images: _Images) -> tuple[np.ndarray, np.ndarray]
     positions[:] = base
     if images.start.size:
         flat, real = positions.reshape(3, -1), mask.reshape(-1)
-        origins = (base.reshape(-1)[images.start] + 1).tolist()
-        contiguous = (images.end - images.start - 1 == images.tokens).tolist()
-        sizes = list(map(tuple, images.grid.tolist()))
-        blocks = {size: grid_pattern(*size) for size in sizes}  # one cache look-up per distinct grid
-        for start, end, origin, size, dense in zip(
-            images.start.tolist(), images.end.tolist(), origins, sizes, contiguous, strict=True
-        ):
-            block = blocks[size]
-            if dense:  # no padded slot inside the image: one broadcast add into the output
-                np.add(block, origin, out=flat[:, start + 1 : end])
-            else:
-                flat[:, start + 1 + np.flatnonzero(real[start + 1 : end])] = block + origin
+        origins = base.reshape(-1)[images.start][None, :] + 1
+        dense = images.end - images.start - 1 == images.tokens  # no padded slot inside the image
+        shapes: dict[tuple[int, ...], list[int]] = {}
+        for image, shape in enumerate(map(tuple, images.grid.tolist())):
+            shapes.setdefault(shape, []).append(image)
+        for shape, members in shapes.items():
+            block, chosen = grid_pattern(*shape), np.array(members)
+            one_run = chosen[dense[chosen]]
+            add_blocks(flat, images.start[one_run] + 1, block, origins[:, one_run])
+            for image in chosen[~dense[chosen]].tolist():
+                start, end = int(images.start[image]) + 1, int(images.end[image])
+                flat[:, start + np.flatnonzero(real[start:end])] = block + origins[:, image, None]
     if not mask.all():
         np.copyto(positions, _FILL, where=~mask)
     return positions, base

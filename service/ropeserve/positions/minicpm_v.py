@@ -76,11 +76,13 @@ def _crops(
     if not first.size:
         return per_row
     row = np.searchsorted(starts, first, side="right") - 1
-    is_marker = np.isin(tokens, markers)
+    is_marker = tokens == markers[0]
+    for marker in markers[1:]:  # (faster than np.isin for a handful of ids)
+        is_marker |= tokens == marker
     non_markers = np.concatenate([[0], np.cumsum(~is_marker)])  # [i]: non-marker tokens before i
     opens_row = np.ones(first.size, dtype=bool)
     opens_row[1:] = row[1:] != row[:-1]
-    previous_end = np.where(opens_row, starts[row], np.roll(last, 1))
+    previous_end = np.where(opens_row, starts[row], np.concatenate([[0], last[:-1]]))
     gap_end = first - 1
     only_markers = (gap_end <= previous_end) | (non_markers[np.maximum(gap_end, 0)] == non_markers[previous_end])
     text = np.append(np.flatnonzero(~is_marker), total)  # where the markers after a crop stop
@@ -129,41 +131,26 @@ def _groups(crops: list[Crop]) -> list[tuple[int, int, list[Frame]]]:
     return out
 
 
-def _canvas(grid_h: int, grid_w: int, canvas_h: int, canvas_w: int, h_off: int, w_off: int) -> np.ndarray:
-    """``[3, grid_h*grid_w]`` T/H/W from 0 of a crop stretched over a canvas and placed at ``(h_off, w_off)``:
+def _canvas(grid_h: int, grid_w: int, canvas_h: int, canvas_w: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """H and W (from 0) of a crop stretched over a canvas, ``[grid_h*grid_w]`` each, row-major:
     ``round(linspace(0, canvas - 1, n))`` computed by torch exactly as transformers does."""
-
-    def build() -> np.ndarray:
-        h_coords = torch.linspace(0, canvas_h - 1, grid_h).round().long() + h_off
-        w_coords = torch.linspace(0, canvas_w - 1, grid_w).round().long() + w_off
-        h_grid, w_grid = torch.meshgrid(h_coords, w_coords, indexing="ij")
-        return torch.stack([torch.zeros_like(h_grid), h_grid, w_grid], dim=0).reshape(3, -1).numpy()
-
-    return pattern(("minicpmv", grid_h, grid_w, canvas_h, canvas_w, h_off, w_off), build)
+    h_coords = torch.linspace(0, canvas_h - 1, grid_h).round().long()
+    w_coords = torch.linspace(0, canvas_w - 1, grid_w).round().long()
+    h_grid, w_grid = torch.meshgrid(h_coords, w_coords, indexing="ij")
+    return h_grid.reshape(-1), w_grid.reshape(-1)
 
 
-def _between_markers(crop: np.ndarray, opening: tuple[int, int], closing: tuple[int, int]) -> np.ndarray:
-    """``[3, n + 2]``: a crop's ``[3, n]`` pattern with its opening and closing marker (T 0, H and W given)."""
-    return np.concatenate([[[0], [opening[0]], [opening[1]]], crop, [[0], [closing[0]], [closing[1]]]], axis=1)
+@dataclass(frozen=True)
+class _Layout:
+    """One frame in its own coordinates (index 0: the slot before its thumbnail, ``<image>``); with the frame's
+    origin it fixes every position of the frame, so it keys the frame's cached pattern."""
 
-
-def _marked_thumbnail(grid_h: int, grid_w: int, canvas_h: int, canvas_w: int) -> np.ndarray:
-    """``<image>`` (the halo: -1 on H and W), the thumbnail over the canvas and ``</image>`` (the canvas' far
-    corner), ``[3, grid_h*grid_w + 2]`` from 0."""
-    return pattern(
-        ("minicpmv-thumbnail", grid_h, grid_w, canvas_h, canvas_w),
-        lambda: _between_markers(_canvas(grid_h, grid_w, canvas_h, canvas_w, 0, 0), (-1, -1), (canvas_h, canvas_w)),
-    )
-
-
-def _marked_slice(height: int, width: int, h_off: int, w_off: int) -> np.ndarray:
-    """``<slice>`` (the slice's top-left corner), the slice at its offset and ``</slice>`` (its bottom-right
-    corner), ``[3, height*width + 2]`` from 0."""
-    corner = (h_off + height - 1, w_off + width - 1)
-    return pattern(
-        ("minicpmv-slice", height, width, h_off, w_off),
-        lambda: _between_markers(_canvas(height, width, height, width, h_off, w_off), (h_off, w_off), corner),
-    )
+    length: int  # frame end - frame start
+    thumb: tuple[int, int, int, int]  # (start, end, grid h, grid w)
+    canvas: tuple[int, int]  # (h, w) in tokens
+    slice_hw: tuple[int, int]  # the first slice's (h, w): the canvas tile
+    columns: int  # slices per canvas row
+    slices: tuple[tuple[int, int, int, int], ...]  # (start, end, h, w) of each slice
 
 
 class _Sizes:
@@ -203,55 +190,86 @@ def _check_crop(start: int, end: int, size: list[int], merge: int, row: int) -> 
 
 
 def _frame(positions: np.ndarray, frame: Frame, origin: int, sizes: _Sizes, merge: int, row: int) -> int:
-    """Lay one frame out at ``origin``; returns the next position."""
+    """Lay one frame out at ``origin`` (consuming its crops' sizes); returns the next position."""
     modality, thumb_start, thumb_end, frame_end, slices = frame
     frame_start = thumb_start - 1
     thumb = sizes.next(modality, row)
     _check_crop(thumb_start, thumb_end, thumb, merge, row)
     canvas_h, canvas_w = thumb[0] // merge, thumb[1] // merge
-    slice_h = slice_w = 0
-    rows, columns = 0, 0
+    slice_h = slice_w = columns = 0
+    crops = []
     if slices:
         rows, columns = _slice_layout(slices)
-        first = sizes.next(modality, row)
-        slice_h, slice_w = first[0] // merge, first[1] // merge
+        for slice_start, slice_end in slices:
+            size = sizes.next(modality, row)
+            _check_crop(slice_start, slice_end, size, merge, row)
+            crops.append((slice_start - frame_start, slice_end - frame_start, size[0] // merge, size[1] // merge))
+        slice_h, slice_w = crops[0][2], crops[0][3]
         canvas_h, canvas_w = rows * slice_h, columns * slice_w
-    positions[:, frame_start:frame_end] = origin
-    grid_h, grid_w = thumb[0] // merge, thumb[1] // merge
-    if frame_start >= 0 and thumb_end < frame_end:  # <image>, thumbnail and </image> in one write
-        np.add(
-            _marked_thumbnail(grid_h, grid_w, canvas_h, canvas_w), origin, out=positions[:, frame_start : thumb_end + 1]
-        )
+    layout = _Layout(
+        frame_end - frame_start,
+        (1, thumb_end - frame_start, thumb[0] // merge, thumb[1] // merge),
+        (canvas_h, canvas_w),
+        (slice_h, slice_w),
+        columns,
+        tuple(crops),
+    )
+    if frame_start >= 0:  # everything the frame writes lies in [frame_start, frame_end): one cached pattern
+        np.add(_frame_pattern(layout), origin, out=positions[:, frame_start:frame_end])
         if origin == 0:
             positions[1:, frame_start] = 0  # the halo is max(origin - 1, 0)
-    else:
-        positions[1:, frame_start] = max(origin - 1, 0)  # <image>: the halo just outside the canvas
-        if thumb_end < frame_end:  # </image>: the canvas' far corner
-            positions[1, thumb_end] = origin + canvas_h
-            positions[2, thumb_end] = origin + canvas_w
-        np.add(_canvas(grid_h, grid_w, canvas_h, canvas_w, 0, 0), origin, out=positions[:, thumb_start:thumb_end])
-    for k, (slice_start, slice_end) in enumerate(slices):
+    else:  # a crop opening the row: transformers' frame starts at -1 (its writes wrap to the row's end)
+        _paint(positions, frame_start, layout, origin)
+    return origin + max(canvas_h, canvas_w) + 1
+
+
+def _frame_pattern(layout: _Layout) -> np.ndarray:
+    """``[3, layout.length]`` positions of a frame laid out at origin 0 (the halo at -1)."""
+
+    def build() -> np.ndarray:
+        scratch = np.zeros((3, layout.length), dtype=np.int64)
+        _paint(scratch, 0, layout, 1)  # at origin 1 the halo max(origin - 1, 0) is still origin - 1
+        scratch -= 1
+        return scratch
+
+    return pattern(("minicpmv-frame", layout), build)
+
+
+def _paint(positions: np.ndarray, frame_start: int, layout: _Layout, origin: int) -> None:
+    """Write one frame at ``origin`` as transformers does, in its order (later writes win)."""
+    frame_end = frame_start + layout.length
+    canvas_h, canvas_w = layout.canvas
+    slice_h, slice_w = layout.slice_hw
+    columns = layout.columns
+    start, end, grid_h, grid_w = layout.thumb
+    thumb_start, thumb_end = frame_start + start, frame_start + end
+    positions[:, frame_start:frame_end] = origin
+    positions[1:, frame_start] = max(origin - 1, 0)  # <image>: the halo just outside the canvas
+    if thumb_end < frame_end:  # </image>: the canvas' far corner
+        positions[1, thumb_end] = origin + canvas_h
+        positions[2, thumb_end] = origin + canvas_w
+    h_grid, w_grid = _canvas(grid_h, grid_w, canvas_h, canvas_w)
+    positions[0, thumb_start:thumb_end] = origin
+    positions[1, thumb_start:thumb_end] = origin + h_grid.numpy()
+    positions[2, thumb_start:thumb_end] = origin + w_grid.numpy()
+    for k, (start, end, height, width) in enumerate(layout.slices):
+        slice_start, slice_end = frame_start + start, frame_start + end
         h_off, w_off = (k // columns) * slice_h, (k % columns) * slice_w
-        size = first if k == 0 else sizes.next(modality, row)
-        _check_crop(slice_start, slice_end, size, merge, row)
-        height, width = size[0] // merge, size[1] // merge
-        if 0 <= frame_start <= slice_start - 1 and slice_end < frame_end:  # <slice>, crop, </slice> in one write
-            view = positions[:, slice_start - 1 : slice_end + 1]
-            np.add(_marked_slice(height, width, h_off, w_off), origin, out=view)
-            continue
         if slice_start - 1 >= frame_start:
             positions[1, slice_start - 1] = origin + h_off
             positions[2, slice_start - 1] = origin + w_off
         if slice_end < frame_end:
             positions[1, slice_end] = origin + h_off + height - 1
             positions[2, slice_end] = origin + w_off + width - 1
-        np.add(_canvas(height, width, height, width, h_off, w_off), origin, out=positions[:, slice_start:slice_end])
-    for k in range(len(slices) - 1):  # the newline ending a row of slices sits past its right edge
-        gap_start, gap_end = slices[k][1], slices[k + 1][0]
+        h_grid, w_grid = _canvas(height, width, height, width)
+        positions[0, slice_start:slice_end] = origin
+        positions[1, slice_start:slice_end] = origin + h_off + h_grid.numpy()
+        positions[2, slice_start:slice_end] = origin + w_off + w_grid.numpy()
+    for k in range(len(layout.slices) - 1):  # the newline ending a row of slices sits past its right edge
+        gap_start, gap_end = frame_start + layout.slices[k][1], frame_start + layout.slices[k + 1][0]
         if gap_end - gap_start > 2:
             positions[1, gap_start + 1 : gap_end - 1] = origin + (k // columns + 1) * slice_h - 1
             positions[2, gap_start + 1 : gap_end - 1] = origin + columns * slice_w
-    return origin + max(canvas_h, canvas_w) + 1
 
 
 def _row(positions: np.ndarray, crops: list[Crop], sizes: _Sizes, merge: int, row: int) -> None:
