@@ -22,7 +22,7 @@ import torch
 
 from ropeserve.errors import InvalidInput
 from ropeserve.positions._common import MAX_ELEMENTS, IntsLike, as_long_array, check_element_limit, require_int
-from ropeserve.positions._patterns import add_blocks, grid_pattern
+from ropeserve.positions._patterns import add_blocks, grid_pattern, pattern
 from ropeserve.positions.mrope import mask_and_lengths
 
 __all__ = [
@@ -142,8 +142,9 @@ def _prefill(mask: np.ndarray, images: _Images) -> tuple[np.ndarray, np.ndarray]
     advance.reshape(-1)[images.end] += np.maximum(h, w) - images.tokens  # <image_end> on: max(h, w) - t*h*w behind
     base = np.cumsum(advance, axis=1, out=advance)
     base -= 1
+    padded = not mask.all()
     positions = np.empty((3, rows, width), dtype=np.int64)
-    positions[:] = base
+    positions[:] = np.where(mask, base, _FILL) if padded else base
     if images.start.size:
         flat, real = positions.reshape(3, -1), mask.reshape(-1)
         origins = base.reshape(-1)[images.start][None, :] + 1
@@ -158,21 +159,22 @@ def _prefill(mask: np.ndarray, images: _Images) -> tuple[np.ndarray, np.ndarray]
             for image in chosen[~dense[chosen]].tolist():
                 start, end = int(images.start[image]) + 1, int(images.end[image])
                 flat[:, start + np.flatnonzero(real[start:end])] = block + origins[:, image, None]
-    if not mask.all():
-        np.copyto(positions, _FILL, where=~mask)
     return positions, base
 
 
 def _decode_pattern(generated: tuple[tuple[int, ...], ...]) -> np.ndarray:
-    """``[3, D]`` positions from 0 of the generated images (the last grid first) and one final token."""
-    tokens = sum(h * w for _, h, w in generated) + 1
-    check_element_limit(tokens, None, "decode positions", "image_grid_thw")
-    columns, position = [], 0
-    for _, h, w in generated[::-1]:  # generated images are one frame whatever t says
-        columns.append(grid_pattern(1, h, w) + position)
-        position += max(h, w)
-    columns.append(np.full((3, 1), position, dtype=np.int64))
-    return np.concatenate(columns, axis=1)
+    """``[3, D]`` read-only positions from 0 of the generated images (the last grid first) and one final token."""
+    check_element_limit(sum(h * w for _, h, w in generated) + 1, None, "decode positions", "image_grid_thw")
+
+    def build() -> np.ndarray:
+        columns, position = [], 0
+        for _, h, w in generated[::-1]:  # generated images are one frame whatever t says
+            columns.append(grid_pattern(1, h, w) + position)
+            position += max(h, w)
+        columns.append(np.full((3, 1), position, dtype=np.int64))
+        return np.concatenate(columns, axis=1)
+
+    return pattern(("glm-image-decode", generated), build)
 
 
 def _decode(grids: _Grids, complete: np.ndarray, after: np.ndarray) -> np.ndarray | None:

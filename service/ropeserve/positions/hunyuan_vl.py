@@ -106,7 +106,7 @@ def _place_images(
     """Write each image grid's column / row / image index into the last three axes of ``values`` ``[A, B*L]``
     (runs of image tokens found among the real tokens); returns each image's ``(row, largest value written)``."""
     slots = np.flatnonzero(mask.reshape(-1))  # compact index -> slot of the padded batch
-    first, length = _image_runs(types.reshape(-1)[slots], starts)
+    first, length = _image_runs(types[mask], starts)
     if first.size != grids.shape[0]:
         raise InvalidInput(
             f"the tokens hold {first.size} image runs but image_grid_thw has {grids.shape[0]} entries",
