@@ -109,3 +109,13 @@ def test_glm_image_errors() -> None:
     for grids, counts in (([[1, 1, 2]], [2]), ([[0, 1, 2]], None), ([[1, 2**62, 2]], None)):
         with pytest.raises(InvalidInput):
             glm_image_positions(input_ids=ids, image_grid_thw=grids, images_per_sample=counts)
+
+
+@pytest.mark.parametrize("grid", [[1024, 2**27, 2**27], [2**27, 2**27, 1024]])
+def test_glm_image_grid_whose_token_count_wraps_int64_is_invalid_input(grid: list[int]) -> None:
+    """t*h*w = 2**64 wraps to 0 in int64: an empty marker pair matched it and the layout failed with a ValueError
+    (a 500 over HTTP); the count is compared exactly now."""
+    ids = torch.tensor([[TEXT, START, END, TEXT]])
+    with pytest.raises(InvalidInput, match="needs 18446744073709551616") as raised:
+        glm_image_positions(input_ids=ids, image_grid_thw=[grid])
+    assert raised.value.field == "rows[0]"
