@@ -325,3 +325,62 @@ def padded_with_holes(
             channel[b, start : start + len(row_slots)] = torch.tensor([token[c] for token, _ in row_slots])
         mask[b, start : start + len(row_slots)] = torch.tensor([real for _, real in row_slots])
     return channels, mask
+
+
+MINICPM_MARKERS = {"slice_start": 901, "slice_end": 902, "image_start": 903, "image_end": 904, "newline": 905}
+"""MiniCPM-V 4.7 marker ids of the tests (the released tokenizer's are set by the checkpoint)."""
+
+
+def _model(module: str, name: str) -> Any:
+    return getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name)
+
+
+def hf_glm_image(
+    ids: torch.Tensor, grids: torch.Tensor | None, per_sample: torch.Tensor | None, mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """transformers 5.24 ``GlmImageModel.get_rope_index`` (prefill ids, deltas) and its cached decode ids."""
+    model = _model("glm_image", "GlmImageModel")
+    config = types.SimpleNamespace(image_start_token_id=16384, image_end_token_id=16385)
+    stand_in = types.SimpleNamespace(config=config)
+    stand_in.get_vision_position_ids = types.MethodType(model.get_vision_position_ids, stand_in)
+    ids_out, deltas = model.get_rope_index(
+        stand_in, ids, image_grid_thw=grids, images_per_sample=per_sample, attention_mask=mask
+    )
+    return ids_out, deltas, stand_in._cached_decode_position_ids
+
+
+def hf_hunyuan(case: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers 5.24 ``HunYuanVLModel.get_rope_index`` of ``case`` (types, grids, mask, merge, axes)."""
+    model = _model("hunyuan_vl", "HunYuanVLModel")
+    text_config = types.SimpleNamespace(rope_parameters={"mrope_section": [8] * case["axes"]})
+    config = types.SimpleNamespace(
+        text_config=text_config, vision_config=types.SimpleNamespace(spatial_merge_size=case["merge"])
+    )
+    stand_in = types.SimpleNamespace(config=config)
+    stand_in.get_vision_position_ids = types.MethodType(model.get_vision_position_ids, stand_in)
+    return model.get_rope_index(
+        stand_in,
+        case["types"],
+        mm_token_type_ids=case["types"],
+        image_grid_thw=case["grids"],
+        attention_mask=case["mask"],
+    )
+
+
+def hf_minicpmv(case: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers 5.24 ``MiniCPMV4_7Model.get_rope_index`` of ``case`` (ids, types, sizes by modality, mode,
+    mask), with :data:`MINICPM_MARKERS`."""
+    model = _model("minicpmv4_7", "MiniCPMV4_7Model")
+    markers = {f"{name}_id": value for name, value in MINICPM_MARKERS.items()}
+    config = types.SimpleNamespace(downsample_mode=case["mode"], **markers)
+    stand_in = types.SimpleNamespace(config=config, _frame_end_idx=model._frame_end_idx)
+    for name in ("_group_visual_frames", "get_vision_position_ids"):
+        setattr(stand_in, name, types.MethodType(getattr(model, name), stand_in))
+    return model.get_rope_index(
+        stand_in,
+        case["ids"],
+        mm_token_type_ids=case["types"],
+        target_sizes=case["sizes"][1],
+        target_sizes_videos=case["sizes"][2],
+        attention_mask=case["mask"],
+    )

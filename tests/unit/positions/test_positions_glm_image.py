@@ -3,30 +3,18 @@ the cached decode positions of generated images), randomized batches with paddin
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from positions_oracle import padded_with_holes
-from transformers.models.glm_image.modeling_glm_image import GlmImageModel
+from positions_oracle import hf_glm_image, padded_with_holes
 
 from ropeserve.errors import InvalidInput
 from ropeserve.positions.glm_image import glm_image_positions, glm_image_positions_from_segments
 
 START, END, IMAGE, TEXT = 16384, 16385, 167855, 7
-
-
-def hf_glm_image(ids: torch.Tensor, grids: torch.Tensor | None, per_sample: torch.Tensor | None, mask: torch.Tensor):
-    config = types.SimpleNamespace(image_start_token_id=START, image_end_token_id=END)
-    stand_in = types.SimpleNamespace(config=config)
-    stand_in.get_vision_position_ids = types.MethodType(GlmImageModel.get_vision_position_ids, stand_in)
-    ids_out, deltas = GlmImageModel.get_rope_index(
-        stand_in, ids, image_grid_thw=grids, images_per_sample=per_sample, attention_mask=mask
-    )
-    return ids_out, deltas, stand_in._cached_decode_position_ids
 
 
 @st.composite

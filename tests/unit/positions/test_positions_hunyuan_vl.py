@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
 import numpy as np
@@ -11,27 +10,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from positions_oracle import padded_with_holes
-from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLModel
+from positions_oracle import hf_hunyuan, padded_with_holes
 
 from ropeserve.errors import InvalidInput
 from ropeserve.positions.hunyuan_vl import hunyuan_vl_positions, hunyuan_vl_positions_from_segments
-
-
-def hf_hunyuan(case: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-    text_config = types.SimpleNamespace(rope_parameters={"mrope_section": [8] * case["axes"]})
-    config = types.SimpleNamespace(
-        text_config=text_config, vision_config=types.SimpleNamespace(spatial_merge_size=case["merge"])
-    )
-    stand_in = types.SimpleNamespace(config=config)
-    stand_in.get_vision_position_ids = types.MethodType(HunYuanVLModel.get_vision_position_ids, stand_in)
-    return HunYuanVLModel.get_rope_index(
-        stand_in,
-        case["types"],
-        mm_token_type_ids=case["types"],
-        image_grid_thw=case["grids"],
-        attention_mask=case["mask"],
-    )
 
 
 @st.composite

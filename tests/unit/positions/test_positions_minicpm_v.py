@@ -4,43 +4,19 @@ downsample modes)."""
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from positions_oracle import padded_with_holes
-from transformers.models.minicpmv4_7.modeling_minicpmv4_7 import MiniCPMV4_7Model
+from positions_oracle import MINICPM_MARKERS, hf_minicpmv, padded_with_holes
 
 from ropeserve.errors import InvalidInput
 from ropeserve.positions.minicpm_v import MiniCpmMarkers, minicpmv_positions
 
-MARKERS = MiniCpmMarkers(slice_start=901, slice_end=902, image_start=903, image_end=904, newline=905)
+MARKERS = MiniCpmMarkers(**MINICPM_MARKERS)
 TEXT, CONTENT = 7, 8
-
-
-def hf_minicpmv(case: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-    config = types.SimpleNamespace(
-        downsample_mode=case["mode"],
-        slice_start_id=MARKERS.slice_start,
-        slice_end_id=MARKERS.slice_end,
-        image_start_id=MARKERS.image_start,
-        image_end_id=MARKERS.image_end,
-        newline_id=MARKERS.newline,
-    )
-    stand_in = types.SimpleNamespace(config=config, _frame_end_idx=MiniCPMV4_7Model._frame_end_idx)
-    for name in ("_group_visual_frames", "get_vision_position_ids"):
-        setattr(stand_in, name, types.MethodType(getattr(MiniCPMV4_7Model, name), stand_in))
-    return MiniCPMV4_7Model.get_rope_index(
-        stand_in,
-        case["ids"],
-        mm_token_type_ids=case["types"],
-        target_sizes=case["sizes"][1],
-        target_sizes_videos=case["sizes"][2],
-        attention_mask=case["mask"],
-    )
 
 
 @st.composite
