@@ -82,14 +82,17 @@ def _grids(image_grid_thw: IntsLike | None, images_per_sample: IntsLike | None, 
     return _Grids(grids, grids.tolist(), np.cumsum(counts) - counts, counts)
 
 
-def _markers(ids: np.ndarray, mask: np.ndarray, marks: tuple[int, int]) -> list[tuple[np.ndarray, ...]]:
+_Found = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _markers(ids: np.ndarray, mask: np.ndarray, marks: tuple[int, int]) -> list[_Found]:
     """For each marker id: ``(slot [M], row [M], rank in its row [M])`` of the real tokens holding it, in batch
     order (slot: index into the flattened ``[B * L]`` batch)."""
     rows, width = ids.shape
     flat = ids.reshape(-1)
     either = ((ids == marks[0]) | (ids == marks[1])).reshape(-1).nonzero()[0]
     either = either[mask.reshape(-1)[either]]
-    found = []
+    found: list[_Found] = []
     for mark in marks:
         slot = either[flat[either] == mark]
         row = slot // width
