@@ -17,7 +17,8 @@ Workloads (issue #3; issue #17 adds the same prompts under other transformers mo
   * qwen3_omni: the Omni workload under Qwen3-Omni's rule (float positions, audio merged with video by time).
   * glm_image: 8 rows with two 32x32 prompt images and one image to generate (prefill and decode positions).
   * hunyuan_vl: 8 rows with four 16x16 images (XD-RoPE, 4 axes).
-  * minicpmv4_7: 8 rows with two images, each a thumbnail and a 2x3 grid of slices (canvas M-RoPE).
+  * minicpmv4_7: 8 rows with two images, each a thumbnail and a 2x3 grid of 448-pixel slices (64 tokens each,
+    canvas M-RoPE).
 """
 
 from __future__ import annotations
@@ -272,16 +273,17 @@ MINICPM_MARKERS = {"slice_start": 901, "slice_end": 902, "image_start": 903, "im
 
 
 def minicpm_workload() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """8 rows: 2 images, each a 16x16-token thumbnail and a 2x3 grid of 16x16-token slices, between text."""
+    """8 rows: 2 images, each an 8x8-token thumbnail and a 2x3 grid of 8x8-token slices, between text (the
+    processor's 448-pixel slices: 32x32 patches of 14 pixels, 4x4 merged in ``16x`` mode)."""
     ids: list[int] = []
     sizes = []
     for _ in range(2):
-        ids += [7] * 40 + [903, *[8] * 256, 904]
+        ids += [7] * 40 + [903, *[8] * 64, 904]
         for row in range(2):
             for _ in range(3):
-                ids += [901, *[8] * 256, 902]
+                ids += [901, *[8] * 64, 902]
             ids += [905] if row == 0 else []
-        sizes += [[64, 64]] * 7
+        sizes += [[32, 32]] * 7
     ids += [7] * 20
     ids_t = torch.tensor([ids] * 8)
     return ids_t, (ids_t == 8).long(), torch.tensor(sizes * 8)

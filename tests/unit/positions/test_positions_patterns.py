@@ -112,3 +112,17 @@ def test_answers_hold_no_cached_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     for tensor in answers:
         for pattern in cached:
             assert not np.shares_memory(tensor.numpy(), pattern)
+
+
+def test_minicpm_frames_of_many_sizes_stay_within_the_cache_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each frame layout is cached; distinct layouts (here 30 crop sizes) stay within the byte budget (the canvases
+    used to sit in an ``lru_cache`` of 4096 entries of any size)."""
+    monkeypatch.setattr(_patterns, "PATTERNS", PatternCache(max_bytes=256 * 1024))
+    for side in range(20, 50):
+        crop = [8] * (side * side)
+        ids = torch.tensor([[7, 903, *crop, 904, 7]])
+        minicpmv_positions(
+            input_ids=ids, mm_token_type_ids=(ids == 8).long(), markers=MARKERS, target_sizes=[[4 * side, 4 * side]]
+        )
+        assert _patterns.PATTERNS.nbytes <= 256 * 1024
+    assert len(_patterns.PATTERNS) < 30
