@@ -14,7 +14,7 @@ repeating their last column. Prefill deltas are 0; padded slots hold 1 (transfor
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,25 +82,6 @@ def _grids(image_grid_thw: IntsLike | None, images_per_sample: IntsLike | None, 
     return _Grids(grids, grids.tolist(), np.cumsum(counts) - counts, counts)
 
 
-_Found = tuple[np.ndarray, np.ndarray, np.ndarray]
-
-
-def _markers(ids: np.ndarray, mask: np.ndarray, marks: tuple[int, int]) -> list[_Found]:
-    """For each marker id: ``(slot [M], row [M], rank in its row [M])`` of the real tokens holding it, in batch
-    order (slot: index into the flattened ``[B * L]`` batch)."""
-    rows, width = ids.shape
-    flat = ids.reshape(-1)
-    either = ((ids == marks[0]) | (ids == marks[1])).reshape(-1).nonzero()[0]
-    either = either[mask.reshape(-1)[either]]
-    found: list[_Found] = []
-    for mark in marks:
-        slot = either[flat[either] == mark]
-        row = slot // width
-        per_row = np.bincount(row, minlength=rows)
-        found.append((slot, row, np.arange(slot.size) - (np.cumsum(per_row) - per_row)[row]))
-    return found
-
-
 @dataclass(frozen=True)
 class _Images:
     """Prompt images of the batch: each row's ``i``-th start and end markers (zip semantics) and ``i``-th grid."""
@@ -113,28 +94,59 @@ class _Images:
 
 
 def _find_images(
-    ids: np.ndarray, mask: np.ndarray, counts: np.ndarray, grids: _Grids, marks: tuple[int, int]
+    ids: np.ndarray,
+    mask: np.ndarray,
+    real_upto: Callable[[np.ndarray], np.ndarray],
+    grids: _Grids,
+    marks: tuple[int, int],
 ) -> _Images:
-    """Pair the markers and check each pair holds its grid's tokens (``counts``: real tokens up to each slot)."""
-    rows = ids.shape[0]
-    (opens, open_row, open_rank), (closes, close_row, close_rank) = _markers(ids, mask, marks)
-    complete = np.bincount(close_row, minlength=rows)
-    paired = np.minimum(np.minimum(np.bincount(open_row, minlength=rows), complete), grids.count)
-    kept_open, kept_close = open_rank < paired[open_row], close_rank < paired[close_row]
-    opens, closes, row, rank = opens[kept_open], closes[kept_close], open_row[kept_open], open_rank[kept_open]
-    grid = grids.array[grids.first[row] + rank]
-    # compact (real-token) index of each image's first token and of its <image_end>
-    first_token, end_token = counts.reshape(-1)[opens], counts.reshape(-1)[closes] - 1
-    previous_end = np.where(rank > 0, np.concatenate([[0], end_token[:-1]]), 0)  # the row's previous image
-    bad = (end_token - first_token != grid.astype(np.float64).prod(axis=1)) | (first_token < previous_end)
-    if bad.any():  # (the product in float: a grid's t*h*w may pass int64)
-        image = int(np.flatnonzero(bad)[0])
-        raise InvalidInput(
-            f"row {int(row[image])}: image {int(rank[image])} has {int(end_token[image] - first_token[image])} tokens "
-            f"between its markers but grid {grid[image].tolist()} needs {math.prod(grid[image].tolist())}",
-            field=f"rows[{int(row[image])}]",
-        )
-    return _Images(opens, closes, grid, grid.prod(axis=1), complete)
+    """Pair each row's ``i``-th start and end markers with its ``i``-th grid and check the pair holds the grid's
+    tokens (``real_upto(slots)``: the real tokens of each slot's row up to and including it). The markers are
+    few: they are found with one pass over the batch and paired in Python."""
+    rows, width = ids.shape
+    found = ((ids == marks[0]) | (ids == marks[1])).reshape(-1).nonzero()[0]
+    found = found[mask.reshape(-1)[found]]
+    markers: list[tuple[list[tuple[int, int]], list[tuple[int, int]]]] = [([], []) for _ in range(rows)]
+    for slot, opening, upto in zip(
+        found.tolist(), (ids.reshape(-1)[found] == marks[0]).tolist(), real_upto(found).tolist(), strict=True
+    ):
+        markers[slot // width][0 if opening else 1].append((slot, upto))
+    starts, ends, sizes = [], [], []
+    for b, ((opens, closes), first, count) in enumerate(
+        zip(markers, grids.first.tolist(), grids.count.tolist(), strict=True)
+    ):
+        previous_end, pairs = 0, min(len(opens), len(closes), count)
+        for image, ((start, first_token), (end, upto_end)) in enumerate(
+            zip(opens[:pairs], closes[:pairs], strict=True)
+        ):
+            size = grids.grids[first + image]
+            # first_token: the image's first token among the row's real ones (the one after <image_start>)
+            if upto_end - 1 - first_token != math.prod(size) or first_token < previous_end:
+                raise InvalidInput(
+                    f"row {b}: image {image} has {upto_end - 1 - first_token} tokens between its markers but grid "
+                    f"{size} needs {math.prod(size)}",
+                    field=f"rows[{b}]",
+                )
+            previous_end = upto_end - 1
+            starts.append(start)
+            ends.append(end)
+            sizes.append(size)
+    grid = np.array(sizes, dtype=np.int64).reshape(-1, 3)
+    complete = np.array([len(closes) for _, closes in markers], dtype=np.int64)
+    return _Images(np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64), grid, grid.prod(axis=1), complete)
+
+
+def _real_upto(mask: np.ndarray, lengths: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """``slots -> [S]`` real tokens of each slot's row up to and including it: from the column when every row's
+    real tokens are one run of slots (left or right padding), else from a running count over the batch."""
+    width = mask.shape[1]
+    if width:
+        first = mask.argmax(axis=1)
+        last = width - 1 - mask[:, ::-1].argmax(axis=1)
+        if bool(((last - first + 1 == lengths) | (lengths == 0)).all()):
+            return lambda slots: slots % width - first[slots // width] + 1
+    counts = np.cumsum(mask, axis=1, dtype=np.int64).reshape(-1)
+    return lambda slots: counts[slots]
 
 
 def _prefill(mask: np.ndarray, images: _Images) -> tuple[np.ndarray, np.ndarray]:
@@ -216,10 +228,9 @@ def glm_image_positions(
     """Prefill and decode positions of a GLM-Image batch (see the module docstring)."""
     ids = as_long_array(input_ids, "input_ids", ndim=2)
     rows, width = ids.shape
-    mask, _ = mask_and_lengths(attention_mask, ids)
+    mask, lengths = mask_and_lengths(attention_mask, ids)
     grids = _grids(image_grid_thw, images_per_sample, rows)
-    counts = np.cumsum(mask, axis=1, dtype=np.int64)  # real tokens up to each slot
-    images = _find_images(ids, mask, counts, grids, (image_start_token_id, image_end_token_id))
+    images = _find_images(ids, mask, _real_upto(mask, lengths), grids, (image_start_token_id, image_end_token_id))
     positions, base = _prefill(mask, images)
     # the position after each row's last real token (padded slots do not advance the base; an empty row: 0)
     after = base[:, -1] + 1 if width else np.zeros(rows, dtype=np.int64)
