@@ -145,8 +145,10 @@ def _real_upto(mask: np.ndarray, lengths: np.ndarray) -> Callable[[np.ndarray], 
         last = width - 1 - mask[:, ::-1].argmax(axis=1)
         if bool(((last - first + 1 == lengths) | (lengths == 0)).all()):
             return lambda slots: slots % width - first[slots // width] + 1
-    counts = np.cumsum(mask, axis=1, dtype=np.int64).reshape(-1)
-    return lambda slots: counts[slots]
+    counts = mask.astype(np.int64)
+    np.cumsum(counts, axis=1, out=counts)
+    flat = counts.reshape(-1)
+    return lambda slots: flat[slots]
 
 
 def _prefill(mask: np.ndarray, images: _Images) -> tuple[np.ndarray, np.ndarray]:

@@ -68,7 +68,8 @@ def hunyuan_vl_positions(
     rows, width = types.shape
     mask, lengths = mask_and_lengths(attention_mask, types)
     starts = np.cumsum(lengths) - lengths
-    index = np.cumsum(mask, axis=1, dtype=np.int64)
+    index = mask.astype(np.int64)
+    np.cumsum(index, axis=1, out=index)
     index -= 1  # 1-D index among the row's real tokens
     if not mask.all():
         np.copyto(index, 0, where=~mask)
