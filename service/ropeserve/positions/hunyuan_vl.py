@@ -37,18 +37,20 @@ class XdRopePositions:
 
 def _image_runs(compact: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(first [R], length [R])`` of the maximal runs of image tokens (type 1), never crossing a row start."""
+    size = compact.size
     is_image = compact == 1
-    opens = is_image.copy()
-    opens[1:] &= ~is_image[:-1]
-    opens[starts[starts < compact.size]] = is_image[starts[starts < compact.size]]
-    first = np.flatnonzero(opens)
-    closes = is_image.copy()
-    closes[:-1] &= ~is_image[1:]
-    row_ends = np.cumsum(np.diff(np.append(starts, compact.size))) - 1
-    valid_ends = row_ends[(row_ends >= 0) & (row_ends < compact.size)]
-    closes[valid_ends] = is_image[valid_ends]
-    last = np.flatnonzero(closes)
-    return first, last - first + 1
+    changes = np.flatnonzero(is_image[1:] != is_image[:-1]) + 1  # a run opens or closes before these tokens
+    inner = np.unique(starts[(starts > 0) & (starts < size)])  # (empty rows repeat a start)
+    splits = inner[is_image[inner] & is_image[inner - 1]]  # a run on both sides of a row start
+    if size and is_image[0]:
+        changes = np.concatenate([[0], changes])
+    if size and is_image[-1]:
+        changes = np.append(changes, size)
+    opening = (changes < size) & is_image[np.minimum(changes, size - 1)]  # else it closes the run before it
+    first, end = changes[opening], changes[~opening]
+    if splits.size:
+        first, end = np.sort(np.concatenate([first, splits])), np.sort(np.concatenate([end, splits]))
+    return first, end - first
 
 
 def hunyuan_vl_positions(
