@@ -108,3 +108,28 @@ def add_blocks(out: np.ndarray, starts: np.ndarray, block: np.ndarray, offsets: 
         writeable=True,
     )
     windows[:, starts] = block[:, None, :] + offsets[:, :, None]
+
+
+def place_blocks(
+    out: np.ndarray,
+    starts: np.ndarray,
+    dense: np.ndarray,
+    shapes: list[tuple[int, ...]],
+    block_of: Callable[[tuple[int, ...]], np.ndarray],
+    offsets: np.ndarray,
+    slots_of: Callable[[int], np.ndarray],
+) -> None:
+    """Write ``block_of(shapes[i]) + offsets[:, i]`` for every block ``i``, grouped by shape: at
+    ``out[:, starts[i]:]`` when ``dense[i]`` (its tokens are consecutive slots), else at ``out[:, slots_of(i)]``.
+
+    ``out`` ``[C, M]``, ``starts`` ``[I]`` int64, ``dense`` ``[I]`` bool, ``offsets`` ``[C or 1, I]``.
+    """
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for index, shape in enumerate(shapes):
+        groups.setdefault(shape, []).append(index)
+    for shape, members in groups.items():
+        block, chosen = block_of(shape), np.array(members)
+        one_run = chosen[dense[chosen]]
+        add_blocks(out, starts[one_run], block, offsets[:, one_run])
+        for index in chosen[~dense[chosen]].tolist():
+            out[:, slots_of(index)] = block + offsets[:, index, None]

@@ -22,7 +22,7 @@ import torch
 
 from ropeserve.errors import InvalidInput
 from ropeserve.positions._common import MAX_ELEMENTS, IntsLike, as_long_array, check_element_limit, require_int
-from ropeserve.positions._patterns import add_blocks, grid_pattern, pattern
+from ropeserve.positions._patterns import grid_pattern, pattern, place_blocks
 from ropeserve.positions.mrope import mask_and_lengths
 
 __all__ = [
@@ -165,17 +165,15 @@ def _prefill(mask: np.ndarray, images: _Images) -> tuple[np.ndarray, np.ndarray]
     if images.start.size:
         flat, real = positions.reshape(3, -1), mask.reshape(-1)
         origins = base.reshape(-1)[images.start][None, :] + 1
-        dense = images.end - images.start - 1 == images.tokens  # no padded slot inside the image
-        shapes: dict[tuple[int, ...], list[int]] = {}
-        for image, shape in enumerate(map(tuple, images.grid.tolist())):
-            shapes.setdefault(shape, []).append(image)
-        for shape, members in shapes.items():
-            block, chosen = grid_pattern(*shape), np.array(members)
-            one_run = chosen[dense[chosen]]
-            add_blocks(flat, images.start[one_run] + 1, block, origins[:, one_run])
-            for image in chosen[~dense[chosen]].tolist():
-                start, end = int(images.start[image]) + 1, int(images.end[image])
-                flat[:, start + np.flatnonzero(real[start:end])] = block + origins[:, image, None]
+        place_blocks(
+            flat,
+            images.start + 1,
+            images.end - images.start - 1 == images.tokens,  # no padded slot inside the image
+            list(map(tuple, images.grid.tolist())),
+            lambda shape: grid_pattern(*shape),
+            origins,
+            lambda image: images.start[image] + 1 + np.flatnonzero(real[images.start[image] + 1 : images.end[image]]),
+        )
     return positions, base
 
 

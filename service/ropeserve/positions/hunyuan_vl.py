@@ -18,7 +18,7 @@ import torch
 
 from ropeserve.errors import InvalidInput, check_limit
 from ropeserve.positions._common import MAX_ELEMENTS, IntsLike, as_long_array, require_int
-from ropeserve.positions._patterns import add_blocks, grid_pattern, pattern
+from ropeserve.positions._patterns import grid_pattern, pattern, place_blocks
 from ropeserve.positions.mrope import mask_and_lengths
 
 __all__ = ["HUNYUAN_VL_AXES", "XdRopePositions", "hunyuan_vl_positions", "hunyuan_vl_positions_from_segments"]
@@ -133,17 +133,15 @@ def _place_images(
     dense = slots[grid_start + tokens - 1] + 1 - slot_start == tokens  # no padded slot inside the grid
     image_axis = np.zeros((3, first.size), dtype=np.int64)
     image_axis[2] = np.arange(first.size)
-    last_three = values[values.shape[0] - 3 :]
-    shapes: dict[tuple[int, int], list[int]] = {}
-    for image, shape in enumerate(zip(h.tolist(), w.tolist(), strict=True)):
-        shapes.setdefault(shape, []).append(image)
-    for (rows, columns), members in shapes.items():
-        grid, chosen = _xd_pattern(rows, columns), np.array(members)
-        one_run = chosen[dense[chosen]]
-        add_blocks(last_three, slot_start[one_run], grid, image_axis[:, one_run])
-        for image in chosen[~dense[chosen]].tolist():
-            compact = int(grid_start[image])
-            last_three[:, slots[compact : compact + rows * columns]] = grid + image_axis[:, image, None]
+    place_blocks(
+        values[values.shape[0] - 3 :],
+        slot_start,
+        dense,
+        list(zip(h.tolist(), w.tolist(), strict=True)),
+        lambda shape: _xd_pattern(*shape),
+        image_axis,
+        lambda image: slots[grid_start[image] : grid_start[image] + tokens[image]],
+    )
     image_row = np.searchsorted(starts, first, side="right") - 1
     return image_row, np.maximum(np.maximum(w - 1, h - 1), np.arange(first.size))
 
