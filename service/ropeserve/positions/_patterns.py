@@ -133,3 +133,14 @@ def place_blocks(
         add_blocks(out, starts[one_run], block, offsets[:, one_run])
         for index in chosen[~dense[chosen]].tolist():
             out[:, slots_of(index)] = block + offsets[:, index, None]
+
+
+def real_runs(mask: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``([B] slot of each row's first real token, [B] whether the row's real tokens are one run of slots)`` of a
+    ``[B, L]`` mask with ``lengths`` real tokens per row (left or right padding: one run; an empty row: one run)."""
+    rows, width = mask.shape
+    if not width:
+        return np.zeros(rows, dtype=np.int64), np.ones(rows, dtype=bool)
+    first = mask.argmax(axis=1)
+    last = width - 1 - mask[:, ::-1].argmax(axis=1)
+    return first, (last - first + 1 == lengths) | (lengths == 0)

@@ -22,7 +22,7 @@ import torch
 
 from ropeserve.errors import InvalidInput
 from ropeserve.positions._common import MAX_ELEMENTS, IntsLike, as_long_array, check_element_limit, require_int
-from ropeserve.positions._patterns import grid_pattern, pattern, place_blocks
+from ropeserve.positions._patterns import grid_pattern, pattern, place_blocks, real_runs
 from ropeserve.positions.mrope import mask_and_lengths
 
 __all__ = [
@@ -140,11 +140,9 @@ def _real_upto(mask: np.ndarray, lengths: np.ndarray) -> Callable[[np.ndarray], 
     """``slots -> [S]`` real tokens of each slot's row up to and including it: from the column when every row's
     real tokens are one run of slots (left or right padding), else from a running count over the batch."""
     width = mask.shape[1]
-    if width:
-        first = mask.argmax(axis=1)
-        last = width - 1 - mask[:, ::-1].argmax(axis=1)
-        if bool(((last - first + 1 == lengths) | (lengths == 0)).all()):
-            return lambda slots: slots % width - first[slots // width] + 1
+    first, one_run = real_runs(mask, lengths)
+    if bool(one_run.all()):
+        return lambda slots: slots % width - first[slots // width] + 1
     counts = mask.astype(np.int64)
     np.cumsum(counts, axis=1, out=counts)
     flat = counts.reshape(-1)

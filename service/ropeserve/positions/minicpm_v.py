@@ -20,7 +20,7 @@ import torch
 
 from ropeserve.errors import InvalidInput
 from ropeserve.positions._common import IntsLike, as_long_array
-from ropeserve.positions._patterns import pattern
+from ropeserve.positions._patterns import pattern, real_runs
 from ropeserve.positions.mrope import MRopePositions, mask_and_lengths
 
 __all__ = ["MINICPMV_MARKERS", "MiniCpmMarkers", "minicpmv_positions"]
@@ -325,9 +325,7 @@ def minicpmv_positions(
     everything = bool(mask.all())
     tokens, kinds = (ids.reshape(-1), types.reshape(-1)) if everything else (ids[mask], types[mask])
     crops = _crops(tokens, kinds, np.cumsum(lengths) - lengths, lengths, markers.ids())
-    width = ids.shape[1]
-    first = mask.argmax(axis=1) if width else np.zeros(ids.shape[0], dtype=np.int64)
-    dense = (width - 1 - mask[:, ::-1].argmax(axis=1) - first + 1 == lengths) if width else lengths == 0
+    first, dense = real_runs(mask, lengths)
     for b, (start, length, one_run) in enumerate(zip(first.tolist(), lengths.tolist(), dense.tolist(), strict=True)):
         if one_run:  # the row's real tokens are one run of slots: lay it out in place
             _row(positions[:, b, start : start + length], crops[b], sizes, merge, b)
