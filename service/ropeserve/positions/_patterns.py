@@ -1,4 +1,5 @@
-"""Per-grid index patterns (the T/H/W offsets of a vision block's tokens), cached read-only and bounded in bytes.
+"""Per-grid index patterns (the T/H/W offsets of a vision block's tokens), cached read-only and bounded in bytes,
+and the helpers that write them into a padded ``[C, B * L]`` batch.
 
 The per-family position builders lay an image out as ``origin + pattern`` written straight into the output
 (``np.add(pattern, origin, out=view)``): one numpy call per image instead of several. Grid shapes recur (the same
@@ -17,10 +18,19 @@ from collections.abc import Callable, Hashable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-__all__ = ["PATTERN_CACHE_BYTES", "PATTERN_MAX_BYTES", "PatternCache", "add_blocks", "grid_pattern", "pattern"]
+__all__ = [
+    "PATTERN_CACHE_BYTES",
+    "PATTERN_MAX_BYTES",
+    "PatternCache",
+    "add_blocks",
+    "grid_pattern",
+    "pattern",
+    "place_blocks",
+    "real_runs",
+]
 
 PATTERN_CACHE_BYTES = 32 * 2**20
-"""Bytes all cached patterns may hold together (least recently used dropped first)."""
+"""Bytes all cached patterns may hold together (the oldest are dropped first)."""
 PATTERN_MAX_BYTES = 4 * 2**20
 """A pattern larger than this (a grid of more than ~170k tokens) is built for the call and not kept."""
 
