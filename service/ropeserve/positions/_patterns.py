@@ -152,5 +152,8 @@ def real_runs(mask: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.nda
     if not width:
         return np.zeros(rows, dtype=np.int64), np.ones(rows, dtype=bool)
     first = mask.argmax(axis=1)
+    runs = np.count_nonzero(mask[:, 1:] > mask[:, :-1]) + np.count_nonzero(mask[:, 0])  # runs of real slots
+    if runs == np.count_nonzero(lengths):  # one per non-empty row (the usual batch: no reversed scan needed)
+        return first, np.ones(rows, dtype=bool)
     last = width - 1 - mask[:, ::-1].argmax(axis=1)
     return first, (last - first + 1 == lengths) | (lengths == 0)

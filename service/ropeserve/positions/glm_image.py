@@ -102,37 +102,35 @@ def _find_images(
 ) -> _Images:
     """Pair each row's ``i``-th start and end markers with its ``i``-th grid and check the pair holds the grid's
     tokens (``real_upto(slots)``: the real tokens of each slot's row up to and including it). The markers are
-    few: they are found with one pass over the batch and paired in Python."""
+    found with one pass over the batch; the pairs (few) are checked in Python."""
     rows, width = ids.shape
     found = ((ids == marks[0]) | (ids == marks[1])).reshape(-1).nonzero()[0]
     found = found[mask.reshape(-1)[found]]
-    markers: list[tuple[list[tuple[int, int]], list[tuple[int, int]]]] = [([], []) for _ in range(rows)]
-    for slot, opening, upto in zip(
-        found.tolist(), (ids.reshape(-1)[found] == marks[0]).tolist(), real_upto(found).tolist(), strict=True
-    ):
-        markers[slot // width][0 if opening else 1].append((slot, upto))
+    opening = ids.reshape(-1)[found] == marks[0]
+    opens, closes = found[opening], found[~opening]
+    row_edges = np.arange(rows + 1) * width  # each row's markers: a slice of the sorted slots
+    open_at, close_at = np.searchsorted(opens, row_edges).tolist(), np.searchsorted(closes, row_edges).tolist()
+    open_slots, open_upto = opens.tolist(), real_upto(opens).tolist()
+    close_slots, close_upto = closes.tolist(), real_upto(closes).tolist()
     starts, ends, sizes = [], [], []
-    for b, ((opens, closes), first, count) in enumerate(
-        zip(markers, grids.first.tolist(), grids.count.tolist(), strict=True)
-    ):
-        previous_end, pairs = 0, min(len(opens), len(closes), count)
-        for image, ((start, first_token), (end, upto_end)) in enumerate(
-            zip(opens[:pairs], closes[:pairs], strict=True)
-        ):
+    for b, (first, count) in enumerate(zip(grids.first.tolist(), grids.count.tolist(), strict=True)):
+        o, c, previous_end = open_at[b], close_at[b], 0
+        for image in range(min(open_at[b + 1] - o, close_at[b + 1] - c, count)):
             size = grids.grids[first + image]
-            # first_token: the image's first token among the row's real ones (the one after <image_start>)
-            if upto_end - 1 - first_token != math.prod(size) or first_token < previous_end:
+            # the image's first token (after <image_start>) and its <image_end>, among the row's real tokens
+            first_token, end_token = open_upto[o + image], close_upto[c + image] - 1
+            if end_token - first_token != math.prod(size) or first_token < previous_end:
                 raise InvalidInput(
-                    f"row {b}: image {image} has {upto_end - 1 - first_token} tokens between its markers but grid "
+                    f"row {b}: image {image} has {end_token - first_token} tokens between its markers but grid "
                     f"{size} needs {math.prod(size)}",
                     field=f"rows[{b}]",
                 )
-            previous_end = upto_end - 1
-            starts.append(start)
-            ends.append(end)
+            previous_end = end_token
+            starts.append(open_slots[o + image])
+            ends.append(close_slots[c + image])
             sizes.append(size)
     grid = np.array(sizes, dtype=np.int64).reshape(-1, 3)
-    complete = np.array([len(closes) for _, closes in markers], dtype=np.int64)
+    complete = np.diff(np.asarray(close_at, dtype=np.int64))
     return _Images(np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64), grid, grid.prod(axis=1), complete)
 
 
