@@ -3,7 +3,7 @@
 Both run in this process on the same CPU tensors, after warm-up, in alternating rounds; the table reports the
 median (and best) time per call and their ratio (transformers / ropeserve). Outputs are asserted identical first.
 
-    .venv/bin/python benchmarks/bench_positions.py [--repeats N] [--threads T]
+    .venv/bin/python benchmarks/bench_positions.py [--repeats N] [--threads T] [--only NAME ...]
 
 Workloads (issue #3; issue #17 adds the same prompts under other transformers modules' rules):
   * video+images: 8 rows x ~2.8k tokens, each row 4 images of 28x28 patches and one 8x16x16 video, left padding.
@@ -17,7 +17,8 @@ Workloads (issue #3; issue #17 adds the same prompts under other transformers mo
   * qwen3_omni: the Omni workload under Qwen3-Omni's rule (float positions, audio merged with video by time).
   * glm_image: 8 rows with two 32x32 prompt images and one image to generate (prefill and decode positions).
   * hunyuan_vl: 8 rows with four 16x16 images (XD-RoPE, 4 axes).
-  * minicpmv4_7: 8 rows with two images, each a thumbnail and a 2x3 grid of slices (canvas M-RoPE).
+  * minicpmv4_7: 8 rows with two images, each a thumbnail and a 2x3 grid of 448-pixel slices (64 tokens each,
+    canvas M-RoPE).
 """
 
 from __future__ import annotations
@@ -272,16 +273,17 @@ MINICPM_MARKERS = {"slice_start": 901, "slice_end": 902, "image_start": 903, "im
 
 
 def minicpm_workload() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """8 rows: 2 images, each a 16x16-token thumbnail and a 2x3 grid of 16x16-token slices, between text."""
+    """8 rows: 2 images, each an 8x8-token thumbnail and a 2x3 grid of 8x8-token slices, between text (the
+    processor's 448-pixel slices: 32x32 patches of 14 pixels, 4x4 merged in ``16x`` mode)."""
     ids: list[int] = []
     sizes = []
     for _ in range(2):
-        ids += [7] * 40 + [903, *[8] * 256, 904]
+        ids += [7] * 40 + [903, *[8] * 64, 904]
         for row in range(2):
             for _ in range(3):
-                ids += [901, *[8] * 256, 902]
+                ids += [901, *[8] * 64, 902]
             ids += [905] if row == 0 else []
-        sizes += [[64, 64]] * 7
+        sizes += [[32, 32]] * 7
     ids += [7] * 20
     ids_t = torch.tensor([ids] * 8)
     return ids_t, (ids_t == 8).long(), torch.tensor(sizes * 8)
@@ -385,7 +387,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=25, help="timed rounds per implementation (median reported)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument(
+        "--only", nargs="+", default=None, metavar="NAME", help="run only the workloads whose name contains NAME"
+    )
     args = parser.parse_args()
+
+    def selected(name: str) -> bool:
+        return args.only is None or any(part in name for part in args.only)
+
     torch.set_num_threads(args.threads)
 
     print(f"torch {torch.__version__}, threads={torch.get_num_threads()}, median (best) of {args.repeats} rounds")
@@ -399,6 +408,8 @@ def main() -> None:
         video_and_images("qwen3_5"),
         video_and_images("ernie4_5_vl_moe"),
     ):
+        if not selected(workload.name):
+            continue
         expected = transformers_get_rope_index(workload)
         for implementation in (ropeserve_tokens, ropeserve_segments):
             got = implementation(workload)
@@ -421,6 +432,8 @@ def main() -> None:
             f"({ours_best * 1e3:5.3f}){hf / ours:>6.1f}x ({hf_best / ours_best:4.1f}x){segments * 1e3:>11.3f}"
         )
     for name, tokens, reference, ours_fn in own_rule_workloads():
+        if not selected(name):
+            continue
         expected, got = reference(), ours_fn()
         assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True)), f"{name}: outputs differ"
         timings = interleaved_medians(

@@ -266,6 +266,9 @@ def test_glm_image_over_http_gives_prefill_and_decode_positions(client: TestClie
     assert torch.equal(torch.tensor(segments["decode_position_ids"]), stand_in._cached_decode_position_ids)
     bad_rows = [[{"generate": [1, 2, 2]}, {"image": [1, 2, 2]}]]
     assert client.post("/v1/mrope/positions", json={"family": "glm_image", "rows": bad_rows}).status_code == 422
+    wrapping = {"family": "glm_image", "input_ids": [[7, 16384, 16385]], "image_grid_thw": [[1024, 2**27, 2**27]]}
+    response = client.post("/v1/mrope/positions", json=wrapping)  # t*h*w = 2**64: 0 in int64 (was a 500)
+    assert response.status_code == 422 and response.json()["field"] == "rows[0]", response.text
 
 
 def test_hunyuan_vl_over_http_gives_four_axes(client: TestClient) -> None:

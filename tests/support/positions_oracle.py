@@ -297,3 +297,90 @@ def _separate_same_kind(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _row_types_nonempty(item: dict[str, Any]) -> bool:
     return "text" not in item or item["text"] > 0
+
+
+def padded_with_holes(
+    draw: st.DrawFn,
+    rows: list[list[tuple[int, ...]]],
+    pads: list[int],
+    left: bool,
+    fillers: list[tuple[int, ...]],
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Rows of tokens (each a tuple of channels, e.g. ``(id,)`` or ``(id, type)``) as ``[B, L]`` tensors, one per
+    channel, and the ``[B, L]`` mask: padded on one side (``pads`` slots per row), and sometimes with masked-out
+    slots inside a row holding any of ``fillers`` (markers and image tokens included), which transformers drops
+    before laying the row out."""
+    slots = []
+    for row in rows:
+        row_slots = [(token, 1) for token in row]
+        for _ in range(draw(st.integers(1, 2)) if draw(st.integers(0, 3)) == 0 else 0):
+            row_slots.insert(draw(st.integers(0, len(row_slots))), (draw(st.sampled_from(fillers)), 0))
+        slots.append(row_slots)
+    width = max(len(r) + p for r, p in zip(slots, pads, strict=True))
+    channels = [torch.full((len(rows), width), value, dtype=torch.long) for value in fillers[0]]
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, row_slots in enumerate(slots):
+        start = width - len(row_slots) if left else 0
+        for c, channel in enumerate(channels):
+            channel[b, start : start + len(row_slots)] = torch.tensor([token[c] for token, _ in row_slots])
+        mask[b, start : start + len(row_slots)] = torch.tensor([real for _, real in row_slots])
+    return channels, mask
+
+
+MINICPM_MARKERS = {"slice_start": 901, "slice_end": 902, "image_start": 903, "image_end": 904, "newline": 905}
+"""MiniCPM-V 4.7 marker ids of the tests (the released tokenizer's are set by the checkpoint)."""
+
+
+def _model(module: str, name: str) -> Any:
+    return getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name)
+
+
+def hf_glm_image(
+    ids: torch.Tensor, grids: torch.Tensor | None, per_sample: torch.Tensor | None, mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """transformers 5.24 ``GlmImageModel.get_rope_index`` (prefill ids, deltas) and its cached decode ids."""
+    model = _model("glm_image", "GlmImageModel")
+    config = types.SimpleNamespace(image_start_token_id=16384, image_end_token_id=16385)
+    stand_in = types.SimpleNamespace(config=config)
+    stand_in.get_vision_position_ids = types.MethodType(model.get_vision_position_ids, stand_in)
+    ids_out, deltas = model.get_rope_index(
+        stand_in, ids, image_grid_thw=grids, images_per_sample=per_sample, attention_mask=mask
+    )
+    return ids_out, deltas, stand_in._cached_decode_position_ids
+
+
+def hf_hunyuan(case: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers 5.24 ``HunYuanVLModel.get_rope_index`` of ``case`` (types, grids, mask, merge, axes)."""
+    model = _model("hunyuan_vl", "HunYuanVLModel")
+    text_config = types.SimpleNamespace(rope_parameters={"mrope_section": [8] * case["axes"]})
+    config = types.SimpleNamespace(
+        text_config=text_config, vision_config=types.SimpleNamespace(spatial_merge_size=case["merge"])
+    )
+    stand_in = types.SimpleNamespace(config=config)
+    stand_in.get_vision_position_ids = types.MethodType(model.get_vision_position_ids, stand_in)
+    return model.get_rope_index(
+        stand_in,
+        case["types"],
+        mm_token_type_ids=case["types"],
+        image_grid_thw=case["grids"],
+        attention_mask=case["mask"],
+    )
+
+
+def hf_minicpmv(case: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers 5.24 ``MiniCPMV4_7Model.get_rope_index`` of ``case`` (ids, types, sizes by modality, mode,
+    mask), with :data:`MINICPM_MARKERS`."""
+    model = _model("minicpmv4_7", "MiniCPMV4_7Model")
+    markers = {f"{name}_id": value for name, value in MINICPM_MARKERS.items()}
+    config = types.SimpleNamespace(downsample_mode=case["mode"], **markers)
+    stand_in = types.SimpleNamespace(config=config, _frame_end_idx=model._frame_end_idx)
+    for name in ("_group_visual_frames", "get_vision_position_ids"):
+        setattr(stand_in, name, types.MethodType(getattr(model, name), stand_in))
+    return model.get_rope_index(
+        stand_in,
+        case["ids"],
+        mm_token_type_ids=case["types"],
+        target_sizes=case["sizes"][1],
+        target_sizes_videos=case["sizes"][2],
+        attention_mask=case["mask"],
+    )

@@ -13,7 +13,8 @@ repeating their last column. Prefill deltas are 0; padded slots hold 1 (transfor
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +22,7 @@ import torch
 
 from ropeserve.errors import InvalidInput
 from ropeserve.positions._common import MAX_ELEMENTS, IntsLike, as_long_array, check_element_limit, require_int
+from ropeserve.positions._patterns import grid_pattern, pattern, place_blocks, real_runs
 from ropeserve.positions.mrope import mask_and_lengths
 
 __all__ = [
@@ -47,106 +49,167 @@ class GlmImagePositions:
     (step ``s`` of decode reads column ``s``, as transformers' cache does); None when no row has grids."""
 
 
-def _grid_rows(image_grid_thw: IntsLike | None, images_per_sample: IntsLike | None, rows: int) -> list[np.ndarray]:
+@dataclass(frozen=True)
+class _Grids:
+    """The batch's grids and which of them each row reads (``image_grid_thw`` split by ``images_per_sample``)."""
+
+    array: np.ndarray  # [N, 3] int64
+    grids: list[list[int]]  # the same as lists
+    first: np.ndarray  # [B] int64 index of each row's first grid
+    count: np.ndarray  # [B] int64 grids of each row
+
+
+def _grids(image_grid_thw: IntsLike | None, images_per_sample: IntsLike | None, rows: int) -> _Grids:
     if image_grid_thw is None:
         if images_per_sample is not None:
             raise InvalidInput("images_per_sample needs image_grid_thw", field="images_per_sample")
-        return [np.zeros((0, 3), dtype=np.int64)] * rows
+        none = np.zeros(rows, dtype=np.int64)
+        return _Grids(np.zeros((0, 3), dtype=np.int64), [], none, none)
     grids = as_long_array(image_grid_thw, "image_grid_thw", ndim=2)
     if grids.shape[1] != 3:
         raise InvalidInput(f"image_grid_thw must be [N, 3], got {list(grids.shape)}", field="image_grid_thw")
     if grids.size and (int(grids.min()) < 1 or int(grids.max()) > MAX_ELEMENTS):
         index = int(np.flatnonzero(((grids < 1) | (grids > MAX_ELEMENTS)).any(axis=1))[0])
         raise InvalidInput(f"image_grid_thw[{index}] = {grids[index].tolist()} is out of range", field="image_grid_thw")
-    if images_per_sample is None:
-        return [grids] * rows
+    if images_per_sample is None:  # every row reads all grids
+        return _Grids(grids, grids.tolist(), np.zeros(rows, dtype=np.int64), np.full(rows, grids.shape[0]))
     counts = as_long_array(images_per_sample, "images_per_sample").reshape(-1)
     if counts.size != rows or (counts.size and int(counts.min()) < 0) or int(counts.sum()) != grids.shape[0]:
         raise InvalidInput(
             f"images_per_sample must give {rows} counts >= 0 summing to the {grids.shape[0]} grids",
             field="images_per_sample",
         )
-    return np.split(grids, np.cumsum(counts)[:-1])
+    return _Grids(grids, grids.tolist(), np.cumsum(counts) - counts, counts)
 
 
 @dataclass(frozen=True)
 class _Images:
-    """Prompt images of the batch in compact (real-token) coordinates."""
+    """Prompt images of the batch: each row's ``i``-th start and end markers (zip semantics) and ``i``-th grid."""
 
-    first: np.ndarray  # [I] compact index of each image's first token
-    end: np.ndarray  # [I] compact index of its <image_end>
+    start: np.ndarray  # [I] slot of each image's <image_start>
+    end: np.ndarray  # [I] slot of its <image_end>
     grid: np.ndarray  # [I, 3]
+    tokens: np.ndarray  # [I] t*h*w
     complete: np.ndarray  # [B] <image_end> markers per row (transformers' "complete images")
 
 
 def _find_images(
-    compact: np.ndarray, starts: np.ndarray, lengths: np.ndarray, grid_rows: list[np.ndarray], ids: tuple[int, int]
+    ids: np.ndarray,
+    mask: np.ndarray,
+    real_upto: Callable[[np.ndarray], np.ndarray],
+    grids: _Grids,
+    marks: tuple[int, int],
 ) -> _Images:
-    """Pair each row's ``i``-th start and end markers (zip semantics) with the row's ``i``-th grid."""
-    firsts, ends, grids, complete = [], [], [], []
-    for b, (start, length) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True)):
-        row = compact[start : start + length]
-        opens = np.flatnonzero(row == ids[0]) + 1
-        closes = np.flatnonzero(row == ids[1])
-        count = min(opens.size, closes.size, grid_rows[b].shape[0])
-        opens, pairs = opens[:count], closes[:count]
-        previous = np.concatenate([[0], pairs[:-1]])
-        tokens = grid_rows[b][:count].prod(axis=1) if count else np.zeros(0, dtype=np.int64)
-        bad = (pairs - opens != tokens) | (opens < previous)
-        if bad.any():
-            image = int(np.flatnonzero(bad)[0])
-            raise InvalidInput(
-                f"row {b}: image {image} has {int(pairs[image] - opens[image])} tokens between its markers but grid "
-                f"{grid_rows[b][image].tolist()} needs {int(tokens[image])}",
-                field=f"rows[{b}]",
-            )
-        firsts.append(opens + start)
-        ends.append(pairs + start)
-        grids.append(grid_rows[b][:count])
-        complete.append(closes.size)
-    return _Images(
-        np.concatenate(firsts).astype(np.int64),
-        np.concatenate(ends).astype(np.int64),
-        np.concatenate(grids).reshape(-1, 3),
-        np.array(complete, dtype=np.int64),
-    )
+    """Pair each row's ``i``-th start and end markers with its ``i``-th grid and check the pair holds the grid's
+    tokens (``real_upto(slots)``: the real tokens of each slot's row up to and including it). The markers are
+    found with one pass over the batch; the pairs (few) are checked in Python."""
+    rows, width = ids.shape
+    found = ((ids == marks[0]) | (ids == marks[1])).reshape(-1).nonzero()[0]
+    found = found[mask.reshape(-1)[found]]
+    opening = ids.reshape(-1)[found] == marks[0]
+    opens, closes = found[opening], found[~opening]
+    row_edges = np.arange(rows + 1) * width  # each row's markers: a slice of the sorted slots
+    open_at, close_at = np.searchsorted(opens, row_edges).tolist(), np.searchsorted(closes, row_edges).tolist()
+    open_slots, open_upto = opens.tolist(), real_upto(opens).tolist()
+    close_slots, close_upto = closes.tolist(), real_upto(closes).tolist()
+    starts, ends, sizes = [], [], []
+    for b, (first, count) in enumerate(zip(grids.first.tolist(), grids.count.tolist(), strict=True)):
+        o, c, previous_end = open_at[b], close_at[b], 0
+        for image in range(min(open_at[b + 1] - o, close_at[b + 1] - c, count)):
+            size = grids.grids[first + image]
+            # the image's first token (after <image_start>) and its <image_end>, among the row's real tokens
+            first_token, end_token = open_upto[o + image], close_upto[c + image] - 1
+            if end_token - first_token != math.prod(size) or first_token < previous_end:
+                raise InvalidInput(
+                    f"row {b}: image {image} has {end_token - first_token} tokens between its markers but grid "
+                    f"{size} needs {math.prod(size)}",
+                    field=f"rows[{b}]",
+                )
+            previous_end = end_token
+            starts.append(open_slots[o + image])
+            ends.append(close_slots[c + image])
+            sizes.append(size)
+    grid = np.array(sizes, dtype=np.int64).reshape(-1, 3)
+    complete = np.diff(np.asarray(close_at, dtype=np.int64))
+    return _Images(np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64), grid, grid.prod(axis=1), complete)
 
 
-def _prefill(compact_size: int, starts: np.ndarray, lengths: np.ndarray, images: _Images) -> np.ndarray:
-    """``[3, N]`` positions of the real tokens: 1-D, advanced by ``max(h, w)`` per image, images in T/H/W."""
-    index = np.arange(compact_size) - np.repeat(starts, lengths)
+def _real_upto(mask: np.ndarray, lengths: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """``slots -> [S]`` real tokens of each slot's row up to and including it: from the column when every row's
+    real tokens are one run of slots (left or right padding), else from a running count over the batch."""
+    width = mask.shape[1]
+    first, one_run = real_runs(mask, lengths)
+    if bool(one_run.all()):
+        return lambda slots: slots % width - first[slots // width] + 1
+    counts = mask.astype(np.int64)
+    np.cumsum(counts, axis=1, out=counts)
+    flat = counts.reshape(-1)
+    return lambda slots: flat[slots]
+
+
+def _prefill(mask: np.ndarray, images: _Images) -> tuple[np.ndarray, np.ndarray]:
+    """``[3, B, L]`` positions (padded slots 1) and ``[B, L]`` 1-D base (text positions) of the batch."""
+    rows, width = mask.shape
+    advance = mask.astype(np.int64)
     t, h, w = images.grid.T
-    tokens = t * h * w
-    step = np.zeros(compact_size + 1, dtype=np.int64)
-    step[images.end] = np.maximum(h, w) - tokens  # from the <image_end> on, positions run max(h, w) - t*h*w behind
-    running = np.cumsum(step)[:-1]
-    before_row = np.where(starts > 0, running[np.maximum(starts - 1, 0)], 0) if compact_size else starts
-    base = index + running - np.repeat(before_row, lengths)
-    values = np.broadcast_to(base, (3, compact_size)).copy()
-    origins = base[images.first].tolist()
-    for first, origin, (frames, rows, columns) in zip(
-        images.first.tolist(), origins, images.grid.tolist(), strict=True
+    advance.reshape(-1)[images.end] += np.maximum(h, w) - images.tokens  # <image_end> on: max(h, w) - t*h*w behind
+    base = np.cumsum(advance, axis=1, out=advance)
+    base -= 1
+    padded = not mask.all()
+    positions = np.empty((3, rows, width), dtype=np.int64)
+    positions[:] = np.where(mask, base, _FILL) if padded else base
+    if images.start.size:
+        flat, real = positions.reshape(3, -1), mask.reshape(-1)
+        origins = base.reshape(-1)[images.start][None, :] + 1
+        place_blocks(
+            flat,
+            images.start + 1,
+            images.end - images.start - 1 == images.tokens,  # no padded slot inside the image
+            list(map(tuple, images.grid.tolist())),
+            lambda shape: grid_pattern(*shape),
+            origins,
+            lambda image: images.start[image] + 1 + np.flatnonzero(real[images.start[image] + 1 : images.end[image]]),
+        )
+    return positions, base
+
+
+def _decode_pattern(generated: tuple[tuple[int, ...], ...]) -> np.ndarray:
+    """``[3, D]`` read-only positions from 0 of the generated images (the last grid first) and one final token."""
+    check_element_limit(sum(h * w for _, h, w in generated) + 1, None, "decode positions", "image_grid_thw")
+
+    def build() -> np.ndarray:
+        columns, position = [], 0
+        for _, h, w in generated[::-1]:  # generated images are one frame whatever t says
+            columns.append(grid_pattern(1, h, w) + position)
+            position += max(h, w)
+        columns.append(np.full((3, 1), position, dtype=np.int64))
+        return np.concatenate(columns, axis=1)
+
+    return pattern(("glm-image-decode", generated), build)
+
+
+def _decode(grids: _Grids, complete: np.ndarray, after: np.ndarray) -> np.ndarray | None:
+    """``[R, 3, D]`` decode positions of the rows with grids, from each row's ``after`` (shorter rows repeat
+    their last column); rows with the same generated grids share one pattern."""
+    keyed: dict[tuple[tuple[int, ...], ...], int] = {}
+    which, rows = [], []
+    for b, (first, count, done) in enumerate(
+        zip(grids.first.tolist(), grids.count.tolist(), complete.tolist(), strict=True)
     ):
-        block = values[:, first : first + frames * rows * columns].reshape(3, frames, rows, columns)
-        block[0] = origin + np.arange(frames)[:, None, None]  # a few large images: one broadcast each
-        block[1] = origin + np.arange(rows)[None, :, None]
-        block[2] = origin + np.arange(columns)[None, None, :]
-    return values
-
-
-def _decode_row(grids: np.ndarray, position: int) -> np.ndarray:
-    """``[3, D]`` positions of the generated images (the last grid first) and one final token."""
-    columns: list[np.ndarray] = []
-    for t, h, w in grids[::-1].tolist():
-        del t  # generated images are one frame whatever t says
-        block = np.empty((3, h, w), dtype=np.int64)
-        block[0] = position
-        block[1] = position + np.arange(h)[:, None]
-        block[2] = position + np.arange(w)[None, :]
-        columns.append(block.reshape(3, -1))
-        position += max(h, w)
-    columns.append(np.full((3, 1), position, dtype=np.int64))
-    return np.concatenate(columns, axis=1)
+        if count:
+            generated = tuple(map(tuple, grids.grids[first + min(done, count) : first + count]))
+            which.append(keyed.setdefault(generated, len(keyed)))
+            rows.append(b)
+    if not rows:
+        return None
+    patterns = [_decode_pattern(generated) for generated in keyed]
+    if len(patterns) == 1:  # the usual batch: every row generates the same grids
+        same: np.ndarray = patterns[0] + after[rows][:, None, None]
+        return same
+    length = max(p.shape[1] for p in patterns)
+    padded = np.stack([np.pad(p, ((0, 0), (0, length - p.shape[1])), mode="edge") for p in patterns])
+    decode: np.ndarray = padded[which] + after[rows][:, None, None]
+    return decode
 
 
 def glm_image_positions(
@@ -162,29 +225,17 @@ def glm_image_positions(
     ids = as_long_array(input_ids, "input_ids", ndim=2)
     rows, width = ids.shape
     mask, lengths = mask_and_lengths(attention_mask, ids)
-    grid_rows = _grid_rows(image_grid_thw, images_per_sample, rows)
-    starts = np.cumsum(lengths) - lengths
-    compact = ids[mask]
-    images = _find_images(compact, starts, lengths, grid_rows, (image_start_token_id, image_end_token_id))
-    values = _prefill(compact.size, starts, lengths, images)
-    positions = np.full((3, rows, width), _FILL, dtype=np.int64)
-    positions.reshape(3, -1)[:, np.flatnonzero(mask.reshape(-1))] = values
-    decode: list[np.ndarray] = []
-    for b in range(rows):
-        grids = grid_rows[b]
-        if grids.shape[0]:
-            generated = grids[min(int(images.complete[b]), grids.shape[0]) :]  # beyond the prompt's images
-            tokens = float(generated[:, 1:].astype(np.float64).prod(axis=1).sum()) + 1  # no int64 overflow
-            check_element_limit(int(min(tokens, 2.0**62)), None, "decode positions", "image_grid_thw")
-            after = int(values[0, starts[b] + lengths[b] - 1]) + 1 if lengths[b] else 0
-            decode.append(_decode_row(generated, after))
-    decode_ids = None
-    if decode:
-        length = max(piece.shape[1] for piece in decode)
-        decode_ids = torch.from_numpy(
-            np.stack([np.concatenate([p, np.repeat(p[:, -1:], length - p.shape[1], axis=1)], axis=1) for p in decode])
-        )
-    return GlmImagePositions(torch.from_numpy(positions), torch.zeros((rows, 1), dtype=torch.long), decode_ids)
+    grids = _grids(image_grid_thw, images_per_sample, rows)
+    images = _find_images(ids, mask, _real_upto(mask, lengths), grids, (image_start_token_id, image_end_token_id))
+    positions, base = _prefill(mask, images)
+    # the position after each row's last real token (padded slots do not advance the base; an empty row: 0)
+    after = base[:, -1] + 1 if width else np.zeros(rows, dtype=np.int64)
+    decode = _decode(grids, images.complete, after)
+    return GlmImagePositions(
+        torch.from_numpy(positions),
+        torch.zeros((rows, 1), dtype=torch.long),
+        None if decode is None else torch.from_numpy(decode),
+    )
 
 
 _TEXT_ID = -1

@@ -18,6 +18,7 @@ import torch
 
 from ropeserve.errors import InvalidInput, check_limit
 from ropeserve.positions._common import MAX_ELEMENTS, IntsLike, as_long_array, require_int
+from ropeserve.positions._patterns import grid_pattern, pattern, place_blocks
 from ropeserve.positions.mrope import mask_and_lengths
 
 __all__ = ["HUNYUAN_VL_AXES", "XdRopePositions", "hunyuan_vl_positions", "hunyuan_vl_positions_from_segments"]
@@ -36,18 +37,20 @@ class XdRopePositions:
 
 def _image_runs(compact: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(first [R], length [R])`` of the maximal runs of image tokens (type 1), never crossing a row start."""
+    size = compact.size
     is_image = compact == 1
-    opens = is_image.copy()
-    opens[1:] &= ~is_image[:-1]
-    opens[starts[starts < compact.size]] = is_image[starts[starts < compact.size]]
-    first = np.flatnonzero(opens)
-    closes = is_image.copy()
-    closes[:-1] &= ~is_image[1:]
-    row_ends = np.cumsum(np.diff(np.append(starts, compact.size))) - 1
-    valid_ends = row_ends[(row_ends >= 0) & (row_ends < compact.size)]
-    closes[valid_ends] = is_image[valid_ends]
-    last = np.flatnonzero(closes)
-    return first, last - first + 1
+    changes = np.flatnonzero(is_image[1:] != is_image[:-1]) + 1  # a run opens or closes before these tokens
+    inner = np.unique(starts[(starts > 0) & (starts < size)])  # (empty rows repeat a start)
+    splits = inner[is_image[inner] & is_image[inner - 1]]  # a run on both sides of a row start
+    if size and is_image[0]:
+        changes = np.concatenate([[0], changes])
+    if size and is_image[-1]:
+        changes = np.append(changes, size)
+    opening = (changes < size) & is_image[np.minimum(changes, size - 1)]  # else it closes the run before it
+    first, end = changes[opening], changes[~opening]
+    if splits.size:
+        first, end = np.sort(np.concatenate([first, splits])), np.sort(np.concatenate([end, splits]))
+    return first, end - first
 
 
 def hunyuan_vl_positions(
@@ -67,13 +70,17 @@ def hunyuan_vl_positions(
     rows, width = types.shape
     mask, lengths = mask_and_lengths(attention_mask, types)
     starts = np.cumsum(lengths) - lengths
+    index = mask.astype(np.int64)
+    np.cumsum(index, axis=1, out=index)
+    index -= 1  # 1-D index among the row's real tokens
+    if not mask.all():
+        np.copyto(index, 0, where=~mask)
     positions = np.empty((axes, rows, width), dtype=np.int64)
-    positions[:] = np.where(mask, np.cumsum(mask, axis=1) - 1, 0)  # 1-D index among the row's real tokens
+    positions[:] = index
     row_max = lengths - 1  # axes below A - 3 keep every token's 1-D index
     if image_grid_thw is not None:
-        slots = np.flatnonzero(mask.reshape(-1))  # compact index -> slot of the padded batch
         image_row, image_max = _place_images(
-            positions.reshape(axes, -1), types[mask], starts, _grids(image_grid_thw), merge, slots
+            positions.reshape(axes, -1), types, mask, starts, _grids(image_grid_thw), merge
         )
         np.maximum.at(row_max, image_row, image_max)
     if axes == 3:  # no 1-D axis left over image tokens: take the maximum the long way
@@ -91,13 +98,18 @@ def _grids(image_grid_thw: IntsLike) -> np.ndarray:
     return grids
 
 
+def _xd_pattern(rows: int, columns: int) -> np.ndarray:
+    """``[3, rows*columns]`` read-only (column, row, 0) of a grid's tokens, row-major."""
+    return pattern(("xdrope", rows, columns), lambda: grid_pattern(1, rows, columns)[::-1].copy())
+
+
 def _place_images(
-    values: np.ndarray, compact: np.ndarray, starts: np.ndarray, grids: np.ndarray, merge: int, slots: np.ndarray
+    values: np.ndarray, types: np.ndarray, mask: np.ndarray, starts: np.ndarray, grids: np.ndarray, merge: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Write each image grid's column / row / image index into the last three axes of ``values`` ``[A, B*L]``
-    (``slots``: the batch slot of each real token, runs found among the real tokens ``compact``); returns each
-    image's ``(row, largest value written)``."""
-    first, length = _image_runs(compact, starts)
+    (runs of image tokens found among the real tokens); returns each image's ``(row, largest value written)``."""
+    slots = np.flatnonzero(mask.reshape(-1))  # compact index -> slot of the padded batch
+    first, length = _image_runs(types[mask], starts)
     if first.size != grids.shape[0]:
         raise InvalidInput(
             f"the tokens hold {first.size} image runs but image_grid_thw has {grids.shape[0]} entries",
@@ -116,15 +128,20 @@ def _place_images(
             f"{int(tokens[image])} (or {int(tokens[image]) + 2} with its markers)",
             field=f"rows[{row}]",
         )
-    grid_start = first + (length - tokens) // 2
-    image_of = np.repeat(np.arange(first.size), tokens)
-    local = np.arange(image_of.size) - np.repeat(np.cumsum(tokens) - tokens, tokens)
-    targets = slots[np.repeat(grid_start, tokens) + local]
-    row_length = w[image_of]
-    axes = values.shape[0]
-    values[axes - 3, targets] = local % row_length
-    values[axes - 2, targets] = local // row_length
-    values[axes - 1, targets] = image_of
+    grid_start = first + (length - tokens) // 2  # compact index of each grid's first token
+    slot_start = slots[grid_start]
+    dense = slots[grid_start + tokens - 1] + 1 - slot_start == tokens  # no padded slot inside the grid
+    image_axis = np.zeros((3, first.size), dtype=np.int64)
+    image_axis[2] = np.arange(first.size)
+    place_blocks(
+        values[values.shape[0] - 3 :],
+        slot_start,
+        dense,
+        list(zip(h.tolist(), w.tolist(), strict=True)),
+        lambda shape: _xd_pattern(*shape),
+        image_axis,
+        lambda image: slots[grid_start[image] : grid_start[image] + tokens[image]],
+    )
     image_row = np.searchsorted(starts, first, side="right") - 1
     return image_row, np.maximum(np.maximum(w - 1, h - 1), np.arange(first.size))
 

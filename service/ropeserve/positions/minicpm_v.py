@@ -13,7 +13,6 @@ more than the two ``</slice><slice>`` markers: the newline); the markers pin the
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +20,7 @@ import torch
 
 from ropeserve.errors import InvalidInput
 from ropeserve.positions._common import IntsLike, as_long_array
+from ropeserve.positions._patterns import pattern, real_runs
 from ropeserve.positions.mrope import MRopePositions, mask_and_lengths
 
 __all__ = ["MINICPMV_MARKERS", "MiniCpmMarkers", "minicpmv_positions"]
@@ -50,71 +50,107 @@ Slices = list[tuple[int, int]]
 """``(start, end)`` token runs of a frame's slice crops."""
 Frame = tuple[int, int, int, int, Slices]
 """``(modality, thumb start, thumb end, frame end, slices)``."""
+Crop = tuple[int, int, int, bool, bool, int]
+"""``(modality, start, end, after <slice>, only markers since the previous crop, end past its closing markers)``."""
 
 
-def _groups(tokens: np.ndarray, types: np.ndarray, markers: tuple[int, ...]) -> list[tuple[int, int, list[Frame]]]:
-    """``(group start, group end, frames)``; a frame is ``(modality, thumb start, thumb end, frame end, slices)``.
+def _crops(
+    tokens: np.ndarray, types: np.ndarray, starts: np.ndarray, lengths: np.ndarray, markers: tuple[int, ...]
+) -> list[list[Crop]]:
+    """Each row's crops (maximal runs of visual tokens) in row coordinates, from the real tokens of the whole batch
+    (``tokens``, ``types``: the rows' real tokens end to end, row ``b`` from ``starts[b]``).
 
-    transformers walks the tokens one by one; here runs, marker tests and frame ends are array operations and only
-    the crops are visited in Python.
+    transformers walks every token in Python; here the runs, marker tests and frame ends are array operations over
+    the batch and only the crops are visited in Python.
     """
-    length = types.size
-    bounds = np.concatenate([[0], np.flatnonzero(np.diff(types)) + 1, [length]]) if length else np.zeros(1, int)
-    is_marker = np.isin(tokens, markers)
-    non_markers_before = np.concatenate([[0], np.cumsum(~is_marker)])  # [i]: non-marker tokens in tokens[:i]
-    # next_text[i]: first index >= i that is not a marker (length if none): where a frame's closing markers stop
-    next_text = np.where(is_marker, length, np.arange(length))
-    next_text = np.minimum.accumulate(next_text[::-1])[::-1] if length else next_text
-    groups: list[tuple[int, list[tuple[int, int, int, Slices]]]] = []
+    rows, total = lengths.size, tokens.size
+    per_row: list[list[Crop]] = [[] for _ in range(rows)]
+    if not total:
+        return per_row
+    change = np.ones(total, dtype=bool)
+    change[1:] = types[1:] != types[:-1]
+    change[starts[lengths > 0]] = True  # a run never crosses a row start
+    bounds = np.flatnonzero(change)
+    visual = types[bounds] != 0
+    first, last = bounds[visual], np.append(bounds[1:], total)[visual]
+    if not first.size:
+        return per_row
+    row = np.searchsorted(starts, first, side="right") - 1
+    is_marker = tokens == markers[0]
+    for marker in markers[1:]:  # (faster than np.isin for a handful of ids)
+        is_marker |= tokens == marker
+    non_markers = np.concatenate([[0], np.cumsum(~is_marker)])  # [i]: non-marker tokens before i
+    opens_row = np.ones(first.size, dtype=bool)
+    opens_row[1:] = row[1:] != row[:-1]
+    previous_end = np.where(opens_row, starts[row], np.concatenate([[0], last[:-1]]))
+    gap_end = first - 1
+    only_markers = (gap_end <= previous_end) | (non_markers[np.maximum(gap_end, 0)] == non_markers[previous_end])
+    text = np.append(np.flatnonzero(~is_marker), total)  # where the markers after a crop stop
+    closed = np.minimum(text[np.searchsorted(text, last)], starts[row] + lengths[row])
+    origin = starts[row]
+    for b, crop in zip(
+        row.tolist(),
+        zip(
+            types[first].tolist(),
+            (first - origin).tolist(),
+            (last - origin).tolist(),
+            (tokens[first - 1] == markers[0]).tolist(),  # (a row's first crop opens a frame whatever this says)
+            only_markers.tolist(),
+            (closed - origin).tolist(),
+            strict=True,
+        ),
+        strict=True,
+    ):
+        per_row[b].append(crop)
+    return per_row
+
+
+def _groups(crops: list[Crop]) -> list[tuple[int, int, list[Frame]]]:
+    """``(group start, group end, frames)`` of one row, as transformers' ``_group_visual_frames``: a crop right after
+    ``<slice>`` is a slice of the open frame, any other opens a frame, which joins the previous group when only
+    markers lie between them."""
+    groups: list[tuple[int, list[tuple[int, int, int, int, Slices]]]] = []
     open_slices: Slices | None = None
-    previous_end = 0
-    for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        modality = int(types[start])
-        if modality == 0:
-            continue
-        if open_slices is not None and int(tokens[start - 1]) == markers[0]:
+    slice_ends: list[int] = []
+    for modality, start, end, after_slice, only_markers, closed in crops:
+        if open_slices is not None and after_slice:
             open_slices.append((start, end))
+            slice_ends[-1] = closed
         else:
             open_slices = []
-            frame = (modality, start, end, open_slices)
-            gap_end = start - 1
-            only_markers = gap_end <= previous_end or non_markers_before[gap_end] == non_markers_before[previous_end]
+            slice_ends.append(closed)
+            frame = (modality, start, end, len(slice_ends) - 1, open_slices)
             if groups and only_markers:
                 groups[-1][1].append(frame)
             else:
                 groups.append((start - 1, [frame]))
-        previous_end = end
     out = []
     for group_start, frames in groups:
-        laid: list[Frame] = []
-        for modality, thumb_start, thumb_end, slices in frames:
-            last = slices[-1][1] if slices else thumb_end
-            frame_end = int(next_text[last]) if last < length else last
-            laid.append((modality, thumb_start, thumb_end, frame_end, slices))
+        laid = [(modality, start, end, slice_ends[k], slices) for modality, start, end, k, slices in frames]
         out.append((group_start, laid[-1][3], laid))
     return out
 
 
-@functools.lru_cache(maxsize=4096)
-def _canvas_grid(grid_h: int, grid_w: int, canvas_h: int, canvas_w: int) -> np.ndarray:
-    """``[3, grid_h*grid_w]`` T/H/W of a crop stretched over a canvas, from 0: ``round(linspace(0, canvas - 1, n))``
-    computed by torch exactly as transformers does (cached: the same shapes recur)."""
+def _canvas(grid_h: int, grid_w: int, canvas_h: int, canvas_w: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """H and W (from 0) of a crop stretched over a canvas, ``[grid_h*grid_w]`` each, row-major:
+    ``round(linspace(0, canvas - 1, n))`` computed by torch exactly as transformers does."""
     h_coords = torch.linspace(0, canvas_h - 1, grid_h).round().long()
     w_coords = torch.linspace(0, canvas_w - 1, grid_w).round().long()
     h_grid, w_grid = torch.meshgrid(h_coords, w_coords, indexing="ij")
-    grid = torch.stack([torch.zeros_like(h_grid), h_grid, w_grid], dim=0).reshape(3, -1).numpy()
-    grid.flags.writeable = False
-    return grid
+    return h_grid.reshape(-1), w_grid.reshape(-1)
 
 
-def _canvas_ids(
-    start: int, size: list[int], merge: int, canvas: tuple[int, int] = (0, 0), offset: tuple[int, int] = (0, 0)
-) -> np.ndarray:
-    """``[3, h*w]`` T/H/W of a crop of ``size`` patches, stretched over ``canvas`` (0: its own size)."""
-    grid_h, grid_w = int(size[0]) // merge, int(size[1]) // merge
-    ids = _canvas_grid(grid_h, grid_w, canvas[0] or grid_h, canvas[1] or grid_w) + start
-    ids[1:] += np.array(offset, dtype=np.int64)[:, None]
-    return ids
+@dataclass(frozen=True)
+class _Layout:
+    """One frame in its own coordinates (index 0: the slot before its thumbnail, ``<image>``); with the frame's
+    origin it fixes every position of the frame, so it keys the frame's cached pattern."""
+
+    length: int  # frame end - frame start
+    thumb: tuple[int, int, int, int]  # (start, end, grid h, grid w)
+    canvas: tuple[int, int]  # (h, w) in tokens
+    slice_hw: tuple[int, int]  # the first slice's (h, w): the canvas tile
+    columns: int  # slices per canvas row
+    slices: tuple[tuple[int, int, int, int], ...]  # (start, end, h, w) of each slice
 
 
 class _Sizes:
@@ -154,52 +190,94 @@ def _check_crop(start: int, end: int, size: list[int], merge: int, row: int) -> 
 
 
 def _frame(positions: np.ndarray, frame: Frame, origin: int, sizes: _Sizes, merge: int, row: int) -> int:
-    """Lay one frame out at ``origin``; returns the next position."""
+    """Lay one frame out at ``origin`` (consuming its crops' sizes); returns the next position."""
     modality, thumb_start, thumb_end, frame_end, slices = frame
     frame_start = thumb_start - 1
     thumb = sizes.next(modality, row)
     _check_crop(thumb_start, thumb_end, thumb, merge, row)
     canvas_h, canvas_w = thumb[0] // merge, thumb[1] // merge
-    slice_h = slice_w = 0
-    rows, columns = 0, 0
+    slice_h = slice_w = columns = 0
+    crops = []
     if slices:
         rows, columns = _slice_layout(slices)
-        first = sizes.next(modality, row)
-        slice_h, slice_w = first[0] // merge, first[1] // merge
+        for slice_start, slice_end in slices:
+            size = sizes.next(modality, row)
+            _check_crop(slice_start, slice_end, size, merge, row)
+            crops.append((slice_start - frame_start, slice_end - frame_start, size[0] // merge, size[1] // merge))
+        slice_h, slice_w = crops[0][2], crops[0][3]
         canvas_h, canvas_w = rows * slice_h, columns * slice_w
+    layout = _Layout(
+        frame_end - frame_start,
+        (1, thumb_end - frame_start, thumb[0] // merge, thumb[1] // merge),
+        (canvas_h, canvas_w),
+        (slice_h, slice_w),
+        columns,
+        tuple(crops),
+    )
+    if frame_start >= 0:  # everything the frame writes lies in [frame_start, frame_end): one cached pattern
+        np.add(_frame_pattern(layout), origin, out=positions[:, frame_start:frame_end])
+        if origin == 0:
+            positions[1:, frame_start] = 0  # the halo is max(origin - 1, 0)
+    else:  # a crop opening the row: transformers' frame starts at -1 (its writes wrap to the row's end)
+        _paint(positions, frame_start, layout, origin)
+    return origin + max(canvas_h, canvas_w) + 1
+
+
+def _frame_pattern(layout: _Layout) -> np.ndarray:
+    """``[3, layout.length]`` positions of a frame laid out at origin 0 (the halo at -1)."""
+
+    def build() -> np.ndarray:
+        scratch = np.zeros((3, layout.length), dtype=np.int64)
+        _paint(scratch, 0, layout, 1)  # at origin 1 the halo max(origin - 1, 0) is still origin - 1
+        scratch -= 1
+        return scratch
+
+    return pattern(("minicpmv-frame", layout), build)
+
+
+def _paint(positions: np.ndarray, frame_start: int, layout: _Layout, origin: int) -> None:
+    """Write one frame at ``origin`` as transformers does, in its order (later writes win)."""
+    frame_end = frame_start + layout.length
+    canvas_h, canvas_w = layout.canvas
+    slice_h, slice_w = layout.slice_hw
+    columns = layout.columns
+    start, end, grid_h, grid_w = layout.thumb
+    thumb_start, thumb_end = frame_start + start, frame_start + end
     positions[:, frame_start:frame_end] = origin
     positions[1:, frame_start] = max(origin - 1, 0)  # <image>: the halo just outside the canvas
     if thumb_end < frame_end:  # </image>: the canvas' far corner
         positions[1, thumb_end] = origin + canvas_h
         positions[2, thumb_end] = origin + canvas_w
-    positions[:, thumb_start:thumb_end] = _canvas_ids(origin, thumb, merge, (canvas_h, canvas_w))
-    for k, (slice_start, slice_end) in enumerate(slices):
+    h_grid, w_grid = _canvas(grid_h, grid_w, canvas_h, canvas_w)
+    positions[0, thumb_start:thumb_end] = origin
+    positions[1, thumb_start:thumb_end] = origin + h_grid.numpy()
+    positions[2, thumb_start:thumb_end] = origin + w_grid.numpy()
+    for k, (start, end, height, width) in enumerate(layout.slices):
+        slice_start, slice_end = frame_start + start, frame_start + end
         h_off, w_off = (k // columns) * slice_h, (k % columns) * slice_w
-        size = first if k == 0 else sizes.next(modality, row)
-        _check_crop(slice_start, slice_end, size, merge, row)
-        height, width = size[0] // merge, size[1] // merge
         if slice_start - 1 >= frame_start:
             positions[1, slice_start - 1] = origin + h_off
             positions[2, slice_start - 1] = origin + w_off
         if slice_end < frame_end:
             positions[1, slice_end] = origin + h_off + height - 1
             positions[2, slice_end] = origin + w_off + width - 1
-        positions[:, slice_start:slice_end] = _canvas_ids(origin, size, merge, offset=(h_off, w_off))
-    for k in range(len(slices) - 1):  # the newline ending a row of slices sits past its right edge
-        gap_start, gap_end = slices[k][1], slices[k + 1][0]
+        h_grid, w_grid = _canvas(height, width, height, width)
+        positions[0, slice_start:slice_end] = origin
+        positions[1, slice_start:slice_end] = origin + h_off + h_grid.numpy()
+        positions[2, slice_start:slice_end] = origin + w_off + w_grid.numpy()
+    for k in range(len(layout.slices) - 1):  # the newline ending a row of slices sits past its right edge
+        gap_start, gap_end = frame_start + layout.slices[k][1], frame_start + layout.slices[k + 1][0]
         if gap_end - gap_start > 2:
             positions[1, gap_start + 1 : gap_end - 1] = origin + (k // columns + 1) * slice_h - 1
             positions[2, gap_start + 1 : gap_end - 1] = origin + columns * slice_w
-    return origin + max(canvas_h, canvas_w) + 1
 
 
-def _row(
-    tokens: np.ndarray, types: np.ndarray, markers: tuple[int, ...], sizes: _Sizes, merge: int, row: int
-) -> np.ndarray:
-    length = tokens.size
-    positions = np.broadcast_to(np.arange(length), (3, length)).copy()
+def _row(positions: np.ndarray, crops: list[Crop], sizes: _Sizes, merge: int, row: int) -> None:
+    """Lay one row out into ``positions`` ``[3, length]`` (its real tokens)."""
+    length = positions.shape[1]
+    positions[:] = np.arange(length)
     position = index = 0
-    for group_start, group_end, frames in _groups(tokens, types, markers):
+    for group_start, group_end, frames in _groups(crops):
         if group_start > index:
             positions[:, index:group_start] = np.arange(group_start - index) + position
             position += group_start - index
@@ -218,7 +296,6 @@ def _row(
         index = group_end
     if index < length:
         positions[:, index:length] = np.arange(length - index) + position
-    return positions
 
 
 def minicpmv_positions(
@@ -245,8 +322,17 @@ def minicpmv_positions(
     mask, lengths = mask_and_lengths(attention_mask, ids)
     sizes = _Sizes(_sizes(target_sizes, "target_sizes"), _sizes(target_sizes_videos, "target_sizes_videos"))
     positions = np.zeros((3, *ids.shape), dtype=np.int64)
-    for b in range(ids.shape[0]):
-        positions[:, b, mask[b]] = _row(ids[b][mask[b]], types[b][mask[b]], markers.ids(), sizes, merge, b)
+    everything = bool(mask.all())
+    tokens, kinds = (ids.reshape(-1), types.reshape(-1)) if everything else (ids[mask], types[mask])
+    crops = _crops(tokens, kinds, np.cumsum(lengths) - lengths, lengths, markers.ids())
+    first, dense = real_runs(mask, lengths)
+    for b, (start, length, one_run) in enumerate(zip(first.tolist(), lengths.tolist(), dense.tolist(), strict=True)):
+        if one_run:  # the row's real tokens are one run of slots: lay it out in place
+            _row(positions[:, b, start : start + length], crops[b], sizes, merge, b)
+        else:
+            laid = np.empty((3, length), dtype=np.int64)
+            _row(laid, crops[b], sizes, merge, b)
+            positions[:, b, mask[b]] = laid
     deltas = positions.max(axis=(0, 2), initial=0)[:, None] + 1 - lengths[:, None]
     return MRopePositions(torch.from_numpy(positions), torch.from_numpy(deltas), torch.from_numpy(mask))
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
 import numpy as np
@@ -11,26 +10,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLModel
+from positions_oracle import hf_hunyuan, padded_with_holes
 
 from ropeserve.errors import InvalidInput
 from ropeserve.positions.hunyuan_vl import hunyuan_vl_positions, hunyuan_vl_positions_from_segments
-
-
-def hf_hunyuan(case: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-    text_config = types.SimpleNamespace(rope_parameters={"mrope_section": [8] * case["axes"]})
-    config = types.SimpleNamespace(
-        text_config=text_config, vision_config=types.SimpleNamespace(spatial_merge_size=case["merge"])
-    )
-    stand_in = types.SimpleNamespace(config=config)
-    stand_in.get_vision_position_ids = types.MethodType(HunYuanVLModel.get_vision_position_ids, stand_in)
-    return HunYuanVLModel.get_rope_index(
-        stand_in,
-        case["types"],
-        mm_token_type_ids=case["types"],
-        image_grid_thw=case["grids"],
-        attention_mask=case["mask"],
-    )
 
 
 @st.composite
@@ -56,13 +39,7 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
         segment_rows.append(segments)
     pads = draw(st.lists(st.integers(0, 3), min_size=len(rows), max_size=len(rows)))
     left = draw(st.booleans())
-    width = max(len(r) + p for r, p in zip(rows, pads, strict=True))
-    types_t = torch.zeros((len(rows), width), dtype=torch.long)
-    mask = torch.zeros_like(types_t)
-    for b, row in enumerate(rows):
-        start = width - len(row) if left else 0
-        types_t[b, start : start + len(row)] = torch.tensor(row)
-        mask[b, start : start + len(row)] = 1
+    (types_t,), mask = padded_with_holes(draw, [[(kind,) for kind in row] for row in rows], pads, left, [(0,), (1,)])
     return {
         "types": types_t,
         "mask": mask,
@@ -74,7 +51,7 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases())
 def test_hunyuan_vl_matches_transformers(case: dict[str, Any]) -> None:
     expected_ids, expected_deltas = hf_hunyuan(case)

@@ -4,42 +4,19 @@ downsample modes)."""
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from transformers.models.minicpmv4_7.modeling_minicpmv4_7 import MiniCPMV4_7Model
+from positions_oracle import MINICPM_MARKERS, hf_minicpmv, padded_with_holes
 
 from ropeserve.errors import InvalidInput
 from ropeserve.positions.minicpm_v import MiniCpmMarkers, minicpmv_positions
 
-MARKERS = MiniCpmMarkers(slice_start=901, slice_end=902, image_start=903, image_end=904, newline=905)
+MARKERS = MiniCpmMarkers(**MINICPM_MARKERS)
 TEXT, CONTENT = 7, 8
-
-
-def hf_minicpmv(case: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-    config = types.SimpleNamespace(
-        downsample_mode=case["mode"],
-        slice_start_id=MARKERS.slice_start,
-        slice_end_id=MARKERS.slice_end,
-        image_start_id=MARKERS.image_start,
-        image_end_id=MARKERS.image_end,
-        newline_id=MARKERS.newline,
-    )
-    stand_in = types.SimpleNamespace(config=config, _frame_end_idx=MiniCPMV4_7Model._frame_end_idx)
-    for name in ("_group_visual_frames", "get_vision_position_ids"):
-        setattr(stand_in, name, types.MethodType(getattr(MiniCPMV4_7Model, name), stand_in))
-    return MiniCPMV4_7Model.get_rope_index(
-        stand_in,
-        case["ids"],
-        mm_token_type_ids=case["types"],
-        target_sizes=case["sizes"][1],
-        target_sizes_videos=case["sizes"][2],
-        attention_mask=case["mask"],
-    )
 
 
 @st.composite
@@ -73,7 +50,7 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     sizes: dict[int, list] = {1: [], 2: []}
     id_rows, kind_rows = [], []
     for _ in range(draw(st.integers(1, 3))):
-        ids, kinds = [TEXT] * draw(st.integers(1, 3)), [0] * 0
+        ids = [TEXT] * draw(st.integers(0, 3))
         kinds = [0] * len(ids)
         for _ in range(draw(st.integers(0, 3))):
             modality = draw(st.sampled_from([1, 2]))
@@ -85,24 +62,20 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
                 ids, kinds = ids + frame_ids, kinds + frame_kinds
             gap = draw(st.integers(1, 3))
             ids, kinds = ids + [TEXT] * gap, kinds + [0] * gap
+        if not ids:
+            ids, kinds = [TEXT], [0]
         id_rows.append(ids)
         kind_rows.append(kinds)
     pads = [draw(st.integers(0, 2)) for _ in id_rows]
     left = draw(st.booleans())
-    width = max(len(r) + p for r, p in zip(id_rows, pads, strict=True))
-    ids_t = torch.full((len(id_rows), width), TEXT, dtype=torch.long)
-    types_t = torch.zeros_like(ids_t)
-    mask = torch.zeros_like(ids_t)
-    for b, (ids, kinds) in enumerate(zip(id_rows, kind_rows, strict=True)):
-        start = width - len(ids) if left else 0
-        ids_t[b, start : start + len(ids)] = torch.tensor(ids)
-        types_t[b, start : start + len(ids)] = torch.tensor(kinds)
-        mask[b, start : start + len(ids)] = 1
+    rows = [list(zip(ids, kinds, strict=True)) for ids, kinds in zip(id_rows, kind_rows, strict=True)]
+    fillers = [(TEXT, 0), (CONTENT, 1), (CONTENT, 2), (MARKERS.image_start, 0), (MARKERS.slice_start, 0)]
+    (ids_t, types_t), mask = padded_with_holes(draw, rows, pads, left, fillers)
     as_tensor = {m: torch.tensor(v) if v else None for m, v in sizes.items()}
     return {"ids": ids_t, "types": types_t, "mask": mask, "sizes": as_tensor, "mode": mode}
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases())
 def test_minicpmv_matches_transformers(case: dict[str, Any]) -> None:
     expected_ids, expected_deltas = hf_minicpmv(case)
@@ -129,3 +102,33 @@ def test_minicpmv_errors() -> None:
             )
     with pytest.raises(InvalidInput):
         minicpmv_positions(input_ids=ids, mm_token_type_ids=kinds * 3, markers=MARKERS, target_sizes=[[4, 8]])
+
+
+OPENING_CROPS = [
+    ([CONTENT] * 4 + [MARKERS.image_end, TEXT, TEXT], [1] * 4 + [0] * 3, [[8, 8]]),
+    (
+        [CONTENT] * 4 + [MARKERS.image_end, MARKERS.slice_start, *[CONTENT] * 4, MARKERS.slice_end, TEXT],
+        [1] * 4 + [0, 0] + [1] * 4 + [0, 0],
+        [[8, 8], [8, 8]],
+    ),
+    ([CONTENT] * 4, [1] * 4, [[8, 8]]),
+]
+
+
+@pytest.mark.parametrize(("ids", "kinds", "sizes"), OPENING_CROPS)
+def test_minicpmv_row_opening_with_a_crop_matches_transformers(ids: list[int], kinds: list[int], sizes: list) -> None:
+    """A row whose first token is a crop (no ``<image>`` before it): transformers' frame starts at index -1, so its
+    base coat is empty and the halo lands on the row's last token; the slice markers keep their 1-D T."""
+    case = {
+        "ids": torch.tensor([ids]),
+        "types": torch.tensor([kinds]),
+        "mask": None,
+        "sizes": {1: torch.tensor(sizes), 2: None},
+        "mode": "16x",
+    }
+    expected_ids, expected_deltas = hf_minicpmv(case)
+    ours = minicpmv_positions(
+        input_ids=case["ids"], mm_token_type_ids=case["types"], markers=MARKERS, target_sizes=case["sizes"][1]
+    )
+    assert torch.equal(ours.position_ids, expected_ids)
+    assert torch.equal(ours.mrope_position_deltas, expected_deltas)
