@@ -148,19 +148,28 @@ def _real_upto(mask: np.ndarray, lengths: np.ndarray) -> Callable[[np.ndarray], 
 
 
 def _prefill(mask: np.ndarray, images: _Images) -> tuple[np.ndarray, np.ndarray]:
-    """``[3, B, L]`` positions (padded slots 1) and ``[B, L]`` 1-D base (text positions) of the batch."""
+    """``[3, B, L]`` positions (padded slots 1) and ``[B]`` the position after each row's last real token.
+
+    The text (1-D) positions are built in ``positions[0]`` itself: each real slot advances by 1 (an
+    ``<image_end>`` by ``max(h, w) - t*h*w`` more, so that the image's tokens advance ``max(h, w)`` in all), the
+    first column starts at -1, and one running sum gives every position; the other axes are copies, the images
+    written on top."""
     rows, width = mask.shape
-    advance = mask.astype(np.int64)
-    t, h, w = images.grid.T
-    advance.reshape(-1)[images.end] += np.maximum(h, w) - images.tokens  # <image_end> on: max(h, w) - t*h*w behind
-    base = np.cumsum(advance, axis=1, out=advance)
-    base -= 1
-    padded = not mask.all()
     positions = np.empty((3, rows, width), dtype=np.int64)
-    positions[:] = np.where(mask, base, _FILL) if padded else base
+    base = positions[0]
+    np.copyto(base, mask)
+    t, h, w = images.grid.T
+    base.reshape(-1)[images.end] += np.maximum(h, w) - images.tokens
+    if width:
+        base[:, 0] -= 1
+    np.cumsum(base, axis=1, out=base)
+    after = base[:, -1] + 1 if width else np.zeros(rows, dtype=np.int64)  # padded slots never advance the sum
+    origins = base.reshape(-1)[images.start][None, :] + 1  # markers are real slots: their text position
+    if not mask.all():
+        np.copyto(base, _FILL, where=~mask)
+    positions[1:] = base
     if images.start.size:
         flat, real = positions.reshape(3, -1), mask.reshape(-1)
-        origins = base.reshape(-1)[images.start][None, :] + 1
         place_blocks(
             flat,
             images.start + 1,
@@ -170,7 +179,7 @@ def _prefill(mask: np.ndarray, images: _Images) -> tuple[np.ndarray, np.ndarray]
             origins,
             lambda image: images.start[image] + 1 + np.flatnonzero(real[images.start[image] + 1 : images.end[image]]),
         )
-    return positions, base
+    return positions, after
 
 
 def _decode_pattern(generated: tuple[tuple[int, ...], ...]) -> np.ndarray:
@@ -227,9 +236,7 @@ def glm_image_positions(
     mask, lengths = mask_and_lengths(attention_mask, ids)
     grids = _grids(image_grid_thw, images_per_sample, rows)
     images = _find_images(ids, mask, _real_upto(mask, lengths), grids, (image_start_token_id, image_end_token_id))
-    positions, base = _prefill(mask, images)
-    # the position after each row's last real token (padded slots do not advance the base; an empty row: 0)
-    after = base[:, -1] + 1 if width else np.zeros(rows, dtype=np.int64)
+    positions, after = _prefill(mask, images)
     decode = _decode(grids, images.complete, after)
     return GlmImagePositions(
         torch.from_numpy(positions),
