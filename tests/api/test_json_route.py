@@ -7,6 +7,7 @@ both; and the direct handler must really be the one in use (not a silent fallbac
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from typing import Annotated, Any
@@ -20,11 +21,12 @@ from fastapi.testclient import TestClient
 from pydantic import Field
 
 from ropeserve.api.fast_json import FastJSONResponse, encode_json
+from ropeserve.api.inline import INLINE_MAX_POSITIONS, run_sized
 from ropeserve.api.json_route import DirectCall, JSONRoute
 from ropeserve.api.problems import install_problem_handlers
 from ropeserve.api.schemas import Int64, StrictModel
 from ropeserve.errors import InvalidInput
-from ropeserve.kernels.threads import serial_torch_in_this_thread
+from ropeserve.kernels.threads import serial_torch
 
 
 class Body(StrictModel):
@@ -181,19 +183,26 @@ def test_tensors_are_encoded_as_their_float64_values() -> None:
     assert json.loads(encode_json({"t": array, "big": 2**80}))["big"] == 2**80  # the fallback keeps arrays
 
 
-def test_the_event_loop_thread_runs_torch_serially_and_other_threads_do_not() -> None:
-    if torch.get_num_threads() == 1:
+def test_inline_work_runs_torch_serially_and_nothing_else_does() -> None:
+    """Inline work (``run_sized`` below its limit) sees one intra-op thread; work sent to the threadpool, the
+    same thread after the block, and other threads keep torch's count."""
+    threads = torch.get_num_threads()
+    if threads == 1:
         pytest.skip("torch runs one intra-op thread here anyway")
-    seen: dict[str, int | bool] = {}
 
-    def loop_thread() -> None:
-        seen["serial"] = serial_torch_in_this_thread()
-        seen["here"] = torch.get_num_threads()
+    async def counts() -> tuple[int, int, int]:
+        inline = await run_sized(1, torch.get_num_threads)
+        pooled = await run_sized(INLINE_MAX_POSITIONS + 1, torch.get_num_threads)
+        return inline, pooled, torch.get_num_threads()
 
-    thread = threading.Thread(target=loop_thread)
-    thread.start()
-    thread.join()
-    if not seen["serial"]:
+    inline, pooled, after = asyncio.run(counts())
+    if inline != 1:
         pytest.skip("this torch build has no OpenMP runtime to set per thread")
-    assert seen["here"] == 1
-    assert torch.get_num_threads() > 1
+    assert (pooled, after) == (threads, threads)
+    seen: list[int] = []
+    with serial_torch():
+        other = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+        other.start()
+        other.join()
+        assert torch.get_num_threads() == 1
+    assert seen == [threads] and torch.get_num_threads() == threads

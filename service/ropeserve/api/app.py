@@ -34,7 +34,6 @@ from ropeserve.api.problems import declare_common_problems, install_problem_hand
 from ropeserve.api.runtime import Runtime
 from ropeserve.api.tracing import install_tracing
 from ropeserve.config import from_explicit
-from ropeserve.kernels.threads import serial_torch_in_this_thread
 from ropeserve.rope import rope_cos_sin
 from ropeserve.settings import Settings, get_settings
 
@@ -73,7 +72,6 @@ def begin_drain(runtime: Runtime) -> None:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     runtime: Runtime = app.state.runtime
     runtime.draining = False
-    serial_torch_in_this_thread()  # the event loop's small inline work never waits on an OpenMP team
     for start in runtime.startups:
         await start(runtime)
     warm_up(runtime)

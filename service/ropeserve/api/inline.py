@@ -13,6 +13,8 @@ from typing import TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
+from ropeserve.kernels.threads import serial_torch
+
 T = TypeVar("T")
 INLINE_MAX_POSITIONS = 4096
 """Largest work bound run on the event loop (cos/sin of 16 positions x 128: 0.014 ms of CPU; 4,096: 0.7 ms)."""
@@ -21,10 +23,18 @@ INLINE_MAX_BODY_BYTES = 64 * 1024
 
 
 async def run_sized(size: int, work: Callable[[], T], limit: int = INLINE_MAX_POSITIONS) -> T:
-    """``work()`` inline when ``size <= limit``, else in the threadpool."""
+    """``work()`` inline when ``size <= limit`` (its torch ops serial: ``run_inline``), else in the threadpool."""
     if size <= limit:
-        return work()
+        return run_inline(work)
     return await run_in_threadpool(work)
+
+
+def run_inline(work: Callable[[], T]) -> T:
+    """``work()`` on the event loop with torch's intra-op parallelism off for it (``kernels.threads.serial_torch``:
+    a small op that opens an OpenMP region waits for every thread of the team, for milliseconds when one of them
+    is descheduled on a loaded machine)."""
+    with serial_torch():
+        return work()
 
 
 def total(values: Iterable[object]) -> int:

@@ -12,7 +12,7 @@ from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
 from ropeserve.api.docs import operation_id
-from ropeserve.api.inline import INLINE_MAX_POSITIONS
+from ropeserve.api.inline import INLINE_MAX_POSITIONS, run_inline
 from ropeserve.api.json_route import JSONRoute
 from ropeserve.api.negotiation import TENSOR_RESPONSES, tensor_response
 from ropeserve.api.problems import problem_responses
@@ -79,7 +79,7 @@ async def cos_sin(body: CosSinRequest, request: Request, runtime: RuntimeDep) ->
     build = runtime.tables.build_elements(inputs.params, inputs.seq_len, torch.device("cpu"), inputs.max_position)
     if build > INLINE_BUILD_ELEMENTS:
         return await run_in_threadpool(_cos_sin, inputs, request, runtime)
-    return _cos_sin(inputs, request, runtime)
+    return run_inline(lambda: _cos_sin(inputs, request, runtime))
 
 
 @dataclass(frozen=True)

@@ -7,17 +7,18 @@ only delays the piece it holds; the others finish the rest.
 Event loop: small requests run their torch ops inline (``api.inline``). An op that opens an OpenMP parallel
 region waits for every thread of the team, and on a loaded machine one of them is often descheduled: a 1,000-
 element ``repeat_interleave`` took 1-5 ms instead of 5 us while two other processes kept the 2 cores busy.
-``serial_torch_in_this_thread`` makes the regions opened from the calling thread serial (OpenMP keeps the thread
-count per thread), so the loop never waits on a team while worker threads keep torch's default.
+``serial_torch`` makes the regions opened from the calling thread serial for the duration of a block (OpenMP keeps
+the thread count per thread), so the loop never waits on a team while worker threads keep torch's default.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -72,11 +73,21 @@ def _openmp_runtime() -> ctypes.CDLL | None:
     return None
 
 
-def serial_torch_in_this_thread() -> bool:
-    """Run torch's intra-op parallel regions opened from the calling thread on that thread alone (other
-    threads keep their count); True when torch now reports one thread here. A no-op without OpenMP."""
-    torch.get_num_threads()  # torch sets a thread's count on its first use: do it first, so it is not undone
-    runtime = _openmp_runtime()
-    if runtime is not None and torch.get_num_threads() > 1:
-        runtime.omp_set_num_threads(1)
-    return torch.get_num_threads() == 1
+@contextlib.contextmanager
+def serial_torch() -> Iterator[None]:
+    """Within the block, torch's intra-op parallel regions opened from the calling thread run on that thread
+    alone (other threads keep their count); the count is restored after. For short synchronous work only: a
+    block must not await (another task would run with the serial count). A no-op without OpenMP."""
+    threads = torch.get_num_threads()  # torch sets a thread's count on its first use: do it first
+    runtime = _OPENMP[0] if _OPENMP else None
+    if runtime is None or threads == 1:
+        yield
+        return
+    runtime.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        runtime.omp_set_num_threads(threads)
+
+
+_OPENMP: list[ctypes.CDLL] = [lib] if (lib := _openmp_runtime()) is not None else []
