@@ -269,3 +269,10 @@ def test_json_bodies_are_charged_at_their_parsed_size() -> None:
         assert httpx.post(served.url + ROPE_APPLY, content=small_tensors, headers=SAFETENSORS).status_code == 200
         for sock in held:
             sock.close()
+
+
+def test_answers_carry_a_date_but_do_not_advertise_the_server_software() -> None:
+    with serving() as served, httpx.Client(base_url=served.url, timeout=30) as client:
+        answer = client.get("/health/live")
+    assert answer.status_code == 200 and "date" in answer.headers
+    assert "server" not in answer.headers

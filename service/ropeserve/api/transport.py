@@ -162,6 +162,7 @@ def server_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Con
         "log_level": settings.log_level,
         "log_config": logging_config(settings.log_level),
         "access_log": False,
+        "server_header": False,  # no "server: uvicorn": the software is not advertised, one header less per answer
         "timeout_graceful_shutdown": int(settings.drain_timeout_s),
         "timeout_keep_alive": settings.keep_alive_timeout_s,
         "http": protocol_class(TransportLimits.from_settings(settings)),
