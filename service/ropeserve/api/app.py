@@ -31,6 +31,7 @@ from ropeserve.api import (
 from ropeserve.api.docs import install_docs, operation_id
 from ropeserve.api.middleware import ServiceMiddleware, configure_access_log
 from ropeserve.api.problems import declare_common_problems, install_problem_handlers
+from ropeserve.api.route_index import index_routes
 from ropeserve.api.runtime import Runtime
 from ropeserve.api.tracing import install_tracing
 from ropeserve.config import from_explicit
@@ -47,8 +48,8 @@ ROUTERS = [
     routes_health.router,
     routes_tables.router,
 ]
-"""Matched in this order, one pattern after another (about 1 us each): the calls a serving stack makes per step
-(positions, cos/sin) first, the probes (every few seconds) after the JSON routes."""
+"""In this order in the app's route list (the scan order for paths the exact-path index does not hold): the calls a
+serving stack makes per step (positions, cos/sin) first, the probes (every few seconds) after the JSON routes."""
 DESCRIPTION = (
     "Reference service for position encodings in LLM serving: position ids (1-D and M-RoPE), cos/sin for "
     "every RoPE variant, Q/K rotation over safetensors, and config lint. Errors are application/problem+json."
@@ -87,9 +88,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def add_routes(app: FastAPI, router: APIRouter) -> None:
-    """Add ``router``'s routes to the app's own list, matched in the order added (the small JSON requests first:
-    they feel the cost of matching most). ``include_router`` would keep the router as a nested level that every
-    request walks twice (about 15 us per request here); these routers have no prefix or dependencies to apply."""
+    """Add ``router``'s routes to the app's own list, where ``route_index`` finds them by exact path.
+    ``include_router`` would keep the router as a nested level that every request walks twice (about 15 us per
+    request here); these routers have no prefix or dependencies to apply."""
     app.router.routes.extend(router.routes)
 
 
@@ -111,6 +112,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         add_routes(app, router)
     routes_rotation.install(app)
     routes_shm.install(app)
+    index_routes(app.router.routes)
     runtime.metrics.build_info.labels(
         version=__version__, device=str(runtime.device), kernel=str(runtime.extensions.get("kernel", "native"))
     ).set(1)
