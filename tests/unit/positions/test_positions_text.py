@@ -102,6 +102,29 @@ def test_packed_limit() -> None:
         packed_positions(segment_lengths=[10**6], max_tokens=1000)
 
 
+@pytest.mark.parametrize(
+    "lengths",
+    [
+        [2**62, 2**62],  # the int64 sum wraps to -2**63
+        [2**62] * 4,  # ... to 0: numpy's repeat then crashed the process (segfault)
+        [2**63 - 1, 2**63 - 1, 5],  # ... to 3
+    ],
+)
+def test_packed_lengths_whose_sum_passes_int64_are_refused_by_their_exact_sum(lengths: list[int]) -> None:
+    with pytest.raises(LimitExceeded) as info:
+        packed_positions(segment_lengths=lengths, max_tokens=1000)
+    assert info.value.field == "segment_lengths"
+    with pytest.raises(InvalidInput, match=f"\\({sum(lengths)} tokens\\)") as shorter:
+        packed_positions(segment_lengths=lengths, total_length=10)
+    assert shorter.value.field == "total_length"
+
+
+def test_decreasing_cu_seqlens_are_refused_even_where_their_difference_wraps() -> None:
+    with pytest.raises(InvalidInput) as info:
+        packed_positions(cu_seqlens=[0, 2**63 - 1, -(2**63)], max_tokens=1000)
+    assert info.value.field == "cu_seqlens[2]"
+
+
 def test_decode_next_k() -> None:
     assert decode_positions([5, 0], num_new=1).tolist() == [[5], [0]]
     assert decode_positions(torch.tensor([5, 9]), num_new=4).tolist() == [[5, 6, 7, 8], [9, 10, 11, 12]]
