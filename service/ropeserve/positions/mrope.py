@@ -546,7 +546,7 @@ def mrope_decode_positions(
     delta_input = [mrope_position_deltas] if isinstance(mrope_position_deltas, int) else mrope_position_deltas
     deltas = as_long_array(delta_input, "mrope_position_deltas").reshape(-1)
     cache = per_row_array(cache_lengths, deltas.size, "cache_lengths")
-    check_element_limit(3 * deltas.size * count, None, "decode positions", field="num_new")
+    check_element_limit(3 * max(deltas.size, 1) * count, None, "decode positions", field="num_new")  # arange(count)
     require_sum_fits(cache, deltas, "cache_lengths", extra=count - 1)
     first = cache + deltas
     row = first_true(first < 0)

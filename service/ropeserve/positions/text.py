@@ -99,7 +99,7 @@ def decode_positions(cache_lengths: IntsLike | int, num_new: int = 1) -> torch.T
     count = require_int(num_new, "num_new", minimum=1)
     cache = as_long_array([cache_lengths] if isinstance(cache_lengths, int) else cache_lengths, "cache_lengths", ndim=1)
     require_at_least(cache, 0, "cache_lengths")
-    check_element_limit(cache.size * count, None, "decode positions", field="num_new")
+    check_element_limit(max(cache.size, 1) * count, None, "decode positions", field="num_new")  # arange(count)
     require_sum_fits(cache, 0, "cache_lengths", extra=count - 1)
     return tensor_on(cache[:, None] + np.arange(count), _device_of(cache_lengths))
 

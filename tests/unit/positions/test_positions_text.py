@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from ropeserve.errors import InvalidInput, LimitExceeded
 from ropeserve.positions import PAD_POSITION, decode_positions, packed_positions, positions_from_attention_mask
+from ropeserve.positions.mrope import mrope_decode_positions
 
 
 def test_left_right_and_interior_padding_with_default_fill() -> None:
@@ -129,6 +130,18 @@ def test_decode_next_k() -> None:
     assert decode_positions([5, 0], num_new=1).tolist() == [[5], [0]]
     assert decode_positions(torch.tensor([5, 9]), num_new=4).tolist() == [[5, 6, 7, 8], [9, 10, 11, 12]]
     assert decode_positions(3, num_new=2).tolist() == [[3, 4]]
+
+
+@pytest.mark.parametrize("num_new", [2**40, 2**63])
+def test_decode_of_no_rows_bounds_num_new_too(num_new: int) -> None:
+    """``arange(num_new)`` is built even for zero rows: 2**40 asked numpy for 8 TiB, and 2**63 (past int64) gave
+    an empty float64 tensor."""
+    with pytest.raises(LimitExceeded) as info:
+        decode_positions([], num_new=num_new)
+    assert info.value.field == "num_new"
+    with pytest.raises(LimitExceeded) as mrope:
+        mrope_decode_positions([], [], num_new=num_new)
+    assert mrope.value.field == "num_new"
 
 
 def test_decode_continues_prefill_positions() -> None:
