@@ -211,6 +211,17 @@ def test_the_encoder_writes_what_pydantic_core_writes(value: Any) -> None:  # no
     assert encode_json(value) == pydantic_core.to_json(value)
 
 
+def test_non_finite_floats_are_null_on_both_paths() -> None:
+    """orjson writes NaN and infinity as null; its pydantic-core fallback (a 64-bit-plus integer alongside) wrote
+    NaN / Infinity, which no JSON parser in strict mode reads."""
+    values = [float("nan"), float("inf"), -float("inf")]
+    assert encode_json({"v": values}) == b'{"v":[null,null,null]}'
+    assert json.loads(encode_json({"v": values, "big": 2**70}), parse_constant=pytest.fail) == {
+        "v": [None, None, None],
+        "big": 2**70,
+    }
+
+
 def test_tensors_are_encoded_as_their_float64_values() -> None:
     import pydantic_core
 
