@@ -241,9 +241,10 @@ class RotationService:
             _check_table_growth(table, max_position, self.settings.max_table_elements)
             return table, None
         cos, sin = caller_table(tensors, params.rotary_dim, options.pairing)
-        check_limit(2 * cos.numel(), self.settings.max_table_elements, "table elements (cos+sin)", "cos_sin_cache")
+        limit = self.settings.max_table_elements
+        check_limit(2 * cos.numel(), limit, "table elements (cos+sin)", "cos_sin_cache")
         check_covers(cos.shape[0], max_position)
-        difference = compare_table(params, cos, sin, atol=options.atol, cache=self.tables)
+        difference = compare_table(params, cos, sin, atol=options.atol, cache=self.tables, max_growth=limit)
         return CallerTable.of(cos, sin, self.device), difference
 
     def run(self, jobs: Sequence[RotationJob]) -> list[Rotated]:
