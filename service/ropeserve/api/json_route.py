@@ -14,7 +14,9 @@ directly, following FastAPI's own rules step by step:
 - the model is validated by FastAPI's own body field, so every error has the location and text FastAPI gives it;
 - dependencies are called with the request, ``app.dependency_overrides`` honoured.
 
-An endpoint of any other shape keeps FastAPI's handler, with the same threaded JSON parsing.
+An endpoint of any other shape keeps FastAPI's handler, with the same threaded JSON parsing; so does one whose
+body FastAPI reads otherwise (an embedded body, a lax Content-Type rule) or that ``include_router`` gives more
+dependencies (the route as merged with its routers is the one examined: ``effective``).
 """
 
 from __future__ import annotations
