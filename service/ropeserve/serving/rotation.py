@@ -43,7 +43,14 @@ from ropeserve.rope.caller_tables import (
     compare_table,
     has_caller_table,
 )
-from ropeserve.rope.tables import MAX_POSITION, Pairing, RopeTable, TableCache, effective_length
+from ropeserve.rope.tables import (
+    MAX_POSITION,
+    Pairing,
+    RopeTable,
+    TableCache,
+    effective_length,
+    without_growth_wait,
+)
 from ropeserve.serving.batcher import Batcher, BatchObserver, DisconnectCheck, Timed
 from ropeserve.serving.buffers import BodyBuffers
 from ropeserve.serving.codec import METADATA_KEY, EncodedSafetensors, SafetensorsPayload, encode_safetensors
@@ -206,7 +213,8 @@ class RotationService:
         started = time.perf_counter() if started is None else started
         prepare_start = time.perf_counter()
         if self.staging.stream is None and _elements(payload) <= INLINE_PREPARE_ELEMENTS:
-            job = self.prepare(payload, options)
+            with without_growth_wait():  # (a caller's table is compared with rows of the shared cache)
+                job = self.prepare(payload, options)
         else:  # host work (pinned copies on CUDA; a large body's casts and checks): keep it off the event loop
             job = await asyncio.to_thread(self.prepare, payload, options)
         phases = {**(timings or {}), "prepare_s": time.perf_counter() - prepare_start}
