@@ -221,3 +221,24 @@ def test_a_table_past_the_limit_is_refused_before_any_work(client: TestClient, m
     document = problem_of(response, "limit-exceeded")
     assert document["field"] == "cos_sin_cache" and document["limit"] == MAX_TABLE_ELEMENTS
     assert work == []
+
+
+def test_comparing_a_table_grows_the_shared_table_no_further_than_the_limit() -> None:
+    """The comparison reads ropeserve's rows from the shared cache, which grows to a power of two of rows: for a
+    caller's table within max_table_elements that growth may pass it (600 rows x 8 of cos + sin: 9,600 elements
+    of 10,000; the cached table grew to 1,024 rows: 16,384), which ropeserve's own table refuses for the same
+    positions. Past the limit, ropeserve's rows are computed for the comparison alone."""
+    limit, rows = 10_000, 600
+    rope = {"rope_theta": 10_000.0, "head_dim": HEAD_DIM}
+    own = rope_cos_sin(normalize_config({"rope_parameters": rope, "head_dim": HEAD_DIM}).params(), torch.arange(rows))
+    cache = torch.cat((own.cos[:, : HEAD_DIM // 2], own.sin[:, : HEAD_DIM // 2]), dim=-1)
+    body = {**BASE, "cos_sin_cache": cache, "positions": torch.tensor([0, 5, rows - 1, 3])}
+    with TestClient(create_app(Settings(access_log=False, max_table_elements=limit))) as client:
+        tables = client.app.state.runtime.tables._tables  # type: ignore[attr-defined]
+        before = set(tables)
+        _, meta = rotate(client, "/v1/rope/apply", body, {"rope": rope, "layout": "flat"})
+        assert meta["table"]["rows"] == rows and meta["table"]["first_differing_position"] is None
+        grown = [2 * tables[key].rows[0].numel() for key in set(tables) - before]
+        assert grown and max(grown) <= limit
+        refused = post(client, "/v1/rope/apply", {**BASE, "positions": body["positions"]}, {"rope": rope})
+        assert problem_of(refused, "limit-exceeded")["field"] == "positions"  # ropeserve's own table, likewise

@@ -51,3 +51,38 @@ def test_prefill_bound_counts_grids_and_ignores_malformed_segments() -> None:
     assert _prefill_bound(body) == 12 + 28 * 28 + 8 * 16 * 16
     tokens = MRopePositionsRequest.model_validate({"family": "qwen2_vl", "mm_token_type_ids": [[0, 1, 1], [0, 0]]})
     assert _prefill_bound(tokens) == 5
+
+
+def test_an_inline_cos_sin_answers_while_another_thread_grows_its_table() -> None:
+    """A small cos/sin request is answered on the event loop; when another thread holds the table's growth lock
+    (growing it, up to its byte cap), the request computes its few positions directly instead of making the
+    event loop wait for that growth. Here a helper thread holds the lock until the answer has come (or, on the
+    old code, where the answer waited for the lock, until its safety release)."""
+    from fastapi.testclient import TestClient
+
+    from ropeserve.api import create_app
+    from ropeserve.settings import Settings
+
+    rope = {"rope_theta": 12_345.0, "head_dim": 64}
+    with TestClient(create_app(Settings(access_log=False))) as client:
+        tables = client.app.state.runtime.tables._tables  # type: ignore[attr-defined]
+        before = set(tables)
+        assert client.post("/v1/rope/cos-sin", json={"rope": rope, "positions": [0, 1, 2]}).status_code == 200
+        (table,) = (tables[key] for key in set(tables) - before)
+        held, answered, outcome = threading.Event(), threading.Event(), {}
+
+        def hold() -> None:
+            with table._growth_lock:
+                held.set()
+                outcome["answered_while_held"] = answered.wait(60)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert held.wait(60)
+        inline = client.post("/v1/rope/cos-sin", json={"rope": rope, "positions": [0, 500, 7]})
+        answered.set()
+        holder.join()
+        assert outcome["answered_while_held"] and inline.status_code == 200
+        cached = client.post("/v1/rope/cos-sin", json={"rope": rope, "positions": [0, 500, 7]}).json()
+        assert table.rows[0].shape[0] == 512  # grown by the second request, once the lock was free
+        assert inline.json()["cos"] == cached["cos"] and inline.json()["sin"] == cached["sin"]

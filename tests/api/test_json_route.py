@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import pytest
 import torch
 from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import Body as FastAPIBody
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
@@ -72,6 +74,7 @@ REQUESTS: list[tuple[str, dict[str, Any]]] = [
     ("empty body", {"content": b""}),
     ("no content type", {"content": '{"lengths": [1]}', "ctype": None}),
     ("text content type", {"content": '{"lengths": [1]}', "ctype": "text/plain"}),
+    ("content type of two slashes", {"content": '{"lengths": [1]}', "ctype": "application/vnd.a/b+json"}),
     ("malformed", {"content": '{"lengths": [1,\n 2'}),
     ("not an object", {"content": "[1, 2]"}),
     ("missing field", {"content": "{}"}),
@@ -140,6 +143,42 @@ def test_other_shapes_keep_fastapis_handler() -> None:
     assert TestClient(app).post("/model", json={"lengths": [1, 2]}).json() == {"n": 2}
 
 
+async def embedded(body: Annotated[Body, FastAPIBody(embed=True)]) -> Response:
+    return FastJSONResponse({"n": len(body.lengths)})
+
+
+async def refuse_all(request: Request) -> None:
+    raise InvalidInput("refused by the router's dependency", field="authorization")
+
+
+INCLUDES: dict[str, tuple[Callable[..., Any], dict[str, Any], dict[str, Any]]] = {
+    "embedded body": (embedded, {}, {}),
+    "router dependency": (endpoint, {}, {"dependencies": [Depends(refuse_all)]}),
+    "lax content type": (endpoint, {"strict_content_type": False}, {}),
+}
+
+
+@pytest.mark.parametrize("case", INCLUDES)
+@pytest.mark.parametrize("body", [{"lengths": [1, 2]}, {"body": {"lengths": [1, 2]}}])
+def test_what_fastapi_reads_otherwise_keeps_fastapis_answer(case: str, body: dict[str, Any]) -> None:
+    """An embedded body, a router's dependencies given by ``include_router``, a lax Content-Type rule: the direct
+    handler would skip or misread them (a 500, a skipped dependency, a 415), so such routes keep FastAPI's."""
+    route_endpoint, app_options, include_options = INCLUDES[case]
+    answers = []
+    for route_class in (APIRoute, JSONRoute):
+        app = FastAPI(**app_options)
+        app.state.scale = Scale()
+        router = APIRouter(route_class=route_class)
+        router.post("/sum", response_class=Response)(route_endpoint)
+        app.include_router(router, **include_options)
+        install_problem_handlers(app)
+        client = TestClient(app, raise_server_exceptions=False)
+        for ctype in ("application/json", None):
+            answers.append(answer(client, "/sum", json.dumps(body), ctype))
+    assert answers[2:] == answers[:2]
+    assert all(status != 500 for status, _, _ in answers)
+
+
 def test_sync_endpoints_run_in_the_threadpool(clients: tuple[TestClient, TestClient]) -> None:
     _, direct_client = clients
     loop_thread = direct_client.post("/sum", json={"lengths": [1]})
@@ -170,6 +209,17 @@ def test_the_encoder_writes_what_pydantic_core_writes(value: Any) -> None:  # no
     import pydantic_core
 
     assert encode_json(value) == pydantic_core.to_json(value)
+
+
+def test_non_finite_floats_are_null_on_both_paths() -> None:
+    """orjson writes NaN and infinity as null; its pydantic-core fallback (a 64-bit-plus integer alongside) wrote
+    NaN / Infinity, which no JSON parser in strict mode reads."""
+    values = [float("nan"), float("inf"), -float("inf")]
+    assert encode_json({"v": values}) == b'{"v":[null,null,null]}'
+    assert json.loads(encode_json({"v": values, "big": 2**70}), parse_constant=pytest.fail) == {
+        "v": [None, None, None],
+        "big": 2**70,
+    }
 
 
 def test_tensors_are_encoded_as_their_float64_values() -> None:

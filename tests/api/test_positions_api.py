@@ -143,6 +143,13 @@ def test_one_dimensional_modes(client: TestClient) -> None:
     assert post(client, "/v1/positions", {"cache_lengths": [1], "num_new": 20_000}, status=422)["field"] == "num_new"
 
 
+def test_packed_lengths_summing_past_int64_are_a_422_not_a_crash(client: TestClient) -> None:
+    """The int64 sum of these lengths wraps (to -2**63: a 500 before; to 0: numpy's repeat crashed the server)."""
+    for lengths in ([2**62, 2**62], [2**62] * 4):
+        problem = post(client, "/v1/positions", {"segment_lengths": lengths}, status=422)
+        assert problem["field"] == "segment_lengths" and problem["limit"] == 10_000
+
+
 def test_mrope_cos_sin_matches_the_library(client: TestClient) -> None:
     ids = [[0, 1, 2, 3, 3], [0, 1, 2, 3, 4], [0, 1, 2, 4, 3]]
     body = post(client, "/v1/mrope/cos-sin", {"preset": "qwen3-vl-8b", "position_ids": ids, "dtype": "bfloat16"})

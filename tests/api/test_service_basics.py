@@ -96,3 +96,26 @@ def test_request_id_is_echoed_or_generated(client: TestClient) -> None:
     assert client.get("/health/live", headers={"x-request-id": "abc-123"}).headers["x-request-id"] == "abc-123"
     generated = client.get("/health/live").headers["x-request-id"]
     assert len(generated) == 32
+
+
+def test_app_dependency_overrides_reach_every_route() -> None:
+    """``app.dependency_overrides`` (FastAPI's way to swap a dependency in tests) reaches the routes on FastAPI's
+    handler too: the routes added flat to the app took no overrides provider (the probes, the vision rotation)."""
+    from ropeserve.api.runtime import get_runtime
+    from ropeserve.errors import InvalidInput
+
+    def refuse(request: object = None) -> None:
+        raise InvalidInput("the override answered", field="override")
+
+    app = create_app(Settings(access_log=False))
+    app.dependency_overrides[get_runtime] = refuse
+    client = TestClient(app)
+    safetensors = {"content-type": "application/x-safetensors"}
+    answers = [
+        client.get("/health/ready"),
+        client.post("/v1/vision/apply", content=b"\x00" * 8, headers=safetensors),
+        client.post("/v1/positions", json={"cache_lengths": [1]}),
+    ]
+    assert [(answer.status_code, answer.json()["field"]) for answer in answers] == [(422, "override")] * 3
+    other = TestClient(create_app(Settings(access_log=False)))  # apps share no routes: no override here
+    assert other.post("/v1/positions", json={"cache_lengths": [1]}).status_code == 200

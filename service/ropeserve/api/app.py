@@ -16,6 +16,7 @@ import torch
 import uvicorn
 from fastapi import APIRouter, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.routing import APIRoute
 
 from ropeserve import __version__
 from ropeserve.api import (
@@ -90,8 +91,45 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 def add_routes(app: FastAPI, router: APIRouter) -> None:
     """Add ``router``'s routes to the app's own list, where ``route_index`` finds them by exact path.
     ``include_router`` would keep the router as a nested level that every request walks twice (about 15 us per
-    request here); these routers have no prefix or dependencies to apply."""
-    app.router.routes.extend(router.routes)
+    request here); these routers have no prefix or dependencies to apply. Each route is made anew for the app
+    (``for_app``), as ``include_router`` does."""
+    app.router.routes.extend(for_app(route, app) if isinstance(route, APIRoute) else route for route in router.routes)
+
+
+def for_app(route: APIRoute, app: FastAPI) -> APIRoute:
+    """A copy of ``route`` whose handler reads ``app.dependency_overrides``: FastAPI's handler takes its overrides
+    provider when the route is made, and a router's own routes have none (nor should apps share route objects)."""
+    return type(route)(
+        route.path,
+        route.endpoint,
+        response_model=route.response_model,
+        status_code=route.status_code,
+        tags=route.tags,
+        dependencies=route.dependencies,
+        summary=route.summary,
+        description=route.description,
+        response_description=route.response_description,
+        responses=route.responses,
+        deprecated=route.deprecated,
+        name=route.name,
+        methods=route.methods,
+        operation_id=route.operation_id,
+        response_model_include=route.response_model_include,
+        response_model_exclude=route.response_model_exclude,
+        response_model_by_alias=route.response_model_by_alias,
+        response_model_exclude_unset=route.response_model_exclude_unset,
+        response_model_exclude_defaults=route.response_model_exclude_defaults,
+        response_model_exclude_none=route.response_model_exclude_none,
+        include_in_schema=route.include_in_schema,
+        response_class=route.response_class,
+        dependency_overrides_provider=app,
+        callbacks=route.callbacks,
+        openapi_extra=route.openapi_extra,
+        generate_unique_id_function=route.generate_unique_id_function,
+        strict_content_type=route.strict_content_type,
+        max_body_size=route.max_body_size,
+        form_limits=route.form_limits,
+    )
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -5,7 +5,8 @@ of the lists 1.3 ms, ``pydantic_core.to_json`` 0.15 ms plus 0.045 ms of ``tolist
 lists, orjson 0.07 ms, and orjson straight from float64 numpy arrays 0.065 ms with no list at all. orjson writes
 the same bytes as pydantic-core: every float as the shortest text that parses back to the same float64 (as
 ``repr``), so a float32 value sent as its float64 reads back exactly. Two things orjson does not write are
-handed to pydantic-core instead: integers past 64 bits (a linted config may carry one) and non-string keys.
+handed to pydantic-core instead: integers past 64 bits (a linted config may carry one) and non-string keys. A NaN or
+infinity (JSON has none) is written ``null`` by both (pydantic-core's default, ``NaN``/``Infinity``, is no JSON).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def encode_json(content: Any) -> bytes:  # noqa: ANN401 - any JSON value, numpy 
     try:
         return orjson.dumps(content, option=ORJSON_OPTIONS)
     except orjson.JSONEncodeError:
-        return pydantic_core.to_json(content, fallback=_as_list)
+        return pydantic_core.to_json(content, fallback=_as_list, inf_nan_mode="null")
 
 
 class FastJSONResponse(JSONResponse):

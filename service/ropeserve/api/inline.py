@@ -14,6 +14,7 @@ from typing import TypeVar
 from starlette.concurrency import run_in_threadpool
 
 from ropeserve.kernels.threads import serial_torch
+from ropeserve.rope.tables import without_growth_wait
 
 T = TypeVar("T")
 INLINE_MAX_POSITIONS = 4096
@@ -32,8 +33,9 @@ async def run_sized(size: int, work: Callable[[], T], limit: int = INLINE_MAX_PO
 def run_inline(work: Callable[[], T]) -> T:
     """``work()`` on the event loop with torch's intra-op parallelism off for it (``kernels.threads.serial_torch``:
     a small op that opens an OpenMP region waits for every thread of the team, for milliseconds when one of them
-    is descheduled on a loaded machine)."""
-    with serial_torch():
+    is descheduled on a loaded machine), and never waiting for a cos/sin table that another thread is growing
+    (``rope.tables.without_growth_wait``: its few positions are computed directly)."""
+    with serial_torch(), without_growth_wait():
         return work()
 
 

@@ -14,7 +14,9 @@ directly, following FastAPI's own rules step by step:
 - the model is validated by FastAPI's own body field, so every error has the location and text FastAPI gives it;
 - dependencies are called with the request, ``app.dependency_overrides`` honoured.
 
-An endpoint of any other shape keeps FastAPI's handler, with the same threaded JSON parsing.
+An endpoint of any other shape keeps FastAPI's handler, with the same threaded JSON parsing; so does one whose
+body FastAPI reads otherwise (an embedded body, a lax Content-Type rule) or that ``include_router`` gives more
+dependencies (the route as merged with its routers is the one examined: ``effective``).
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ import inspect
 import json
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from fastapi import Request
+from fastapi.datastructures import DefaultPlaceholder
 from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.responses import Response
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, _effective_route_context_var
 from starlette.concurrency import run_in_threadpool
 
 from ropeserve.errors import UnsupportedMediaType
@@ -60,10 +63,11 @@ class ThreadedJSONRequest(Request):
 
 
 def names_json(content_type: str | None) -> bool:
-    """FastAPI's strict rule: the media type is ``application/json`` or ``application/*+json``."""
+    """FastAPI's strict rule: the media type is ``application/json`` or ``application/*+json`` (``email.message``
+    reads a type with other than one ``/`` as ``text/plain``)."""
     media_type = (content_type or "").split(";")[0].strip().lower()
     main, _, subtype = media_type.partition("/")
-    return main == "application" and (subtype == "json" or subtype.endswith("+json"))
+    return main == "application" and "/" not in subtype and (subtype == "json" or subtype.endswith("+json"))
 
 
 def content_type_error(request: Request) -> UnsupportedMediaType:
@@ -108,9 +112,13 @@ class DirectCall:
 
     @classmethod
     def of(cls, route: APIRoute) -> DirectCall | None:
-        """The plan for ``route``, or None when its endpoint has another shape than the JSON endpoints'."""
+        """The plan for ``route`` (or the route as ``include_router`` merged it with its routers: ``effective``), or
+        None when its endpoint has another shape than the JSON endpoints' or FastAPI reads its body otherwise (an
+        embedded body, a lax Content-Type)."""
         dependant = route.dependant
         if route.response_field is not None or len(dependant.body_params) != 1 or _has_other_inputs(dependant):
+            return None
+        if route._embed_body_fields or _value(route.strict_content_type) is not True:
             return None
         if not dependant.body_params[0].field_info.is_required():
             return None
@@ -149,6 +157,18 @@ class DirectCall:
         return value
 
 
+def _value(setting: Any) -> Any:  # noqa: ANN401 - any route setting
+    """A route setting, its default when left unset."""
+    return setting.value if isinstance(setting, DefaultPlaceholder) else setting
+
+
+def effective(route: APIRoute) -> APIRoute:
+    """``route`` as FastAPI builds its handler now: within ``include_router``, merged with the routers' settings
+    (their dependencies, Content-Type rule, overrides provider); else the route itself."""
+    context = _effective_route_context_var.get()
+    return cast(APIRoute, context) if context is not None and context.original_route is route else route
+
+
 def _has_other_inputs(dependant: Dependant) -> bool:
     """Path, query, header or cookie parameters, or FastAPI-provided objects other than the request."""
     params = (dependant.path_params, dependant.query_params, dependant.header_params, dependant.cookie_params)
@@ -179,7 +199,7 @@ class JSONRoute(APIRoute):
     handler given a ``ThreadedJSONRequest``."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        direct = DirectCall.of(self)
+        direct = DirectCall.of(effective(self))
         if direct is not None:
             return direct.handle
         handler = super().get_route_handler()

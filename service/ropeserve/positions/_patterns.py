@@ -11,6 +11,8 @@ in-place write raises instead of corrupting later answers, and answers are alway
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -19,11 +21,13 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 __all__ = [
+    "ENTRY_OVERHEAD_BYTES",
     "PATTERN_CACHE_BYTES",
     "PATTERN_MAX_BYTES",
     "PatternCache",
     "add_blocks",
     "grid_pattern",
+    "key_bytes",
     "pattern",
     "place_blocks",
     "real_runs",
@@ -33,16 +37,31 @@ PATTERN_CACHE_BYTES = 32 * 2**20
 """Bytes all cached patterns may hold together (the oldest are dropped first)."""
 PATTERN_MAX_BYTES = 4 * 2**20
 """A pattern larger than this (a grid of more than ~170k tokens) is built for the call and not kept."""
+ENTRY_OVERHEAD_BYTES = 256
+"""Bytes charged to every entry besides its data and its key (the array object and the dict slot): an empty pattern
+(a HunYuan-VL image of fewer rows than the merge size has none) still costs memory, so the entries are bounded too."""
+
+
+def key_bytes(key: object) -> int:
+    """Memory of ``key``: the object, and its parts for tuples and dataclasses (the keys that grow with the input:
+    GLM-Image's generated grids, MiniCPM-V's slice layout)."""
+    size = sys.getsizeof(key)
+    if isinstance(key, tuple):
+        return size + sum(key_bytes(part) for part in key)
+    if dataclasses.is_dataclass(key) and not isinstance(key, type):
+        return size + sum(key_bytes(getattr(key, field.name)) for field in dataclasses.fields(key))
+    return size
 
 
 class PatternCache:
     """Thread-safe cache of read-only int64 arrays, bounded in bytes (``max_bytes`` in all, oldest entries dropped
-    first; ``max_entry_bytes`` each: a larger pattern is returned without being stored). A hit takes no lock (one
-    dict read; a builder runs several times a call, so the look-up is kept to that)."""
+    first; ``max_entry_bytes`` each: a larger pattern is returned without being stored). An entry is charged its
+    data, its key and ``ENTRY_OVERHEAD_BYTES``. A hit takes no lock (one dict read; a builder runs several times a
+    call, so the look-up is kept to that)."""
 
     def __init__(self, max_bytes: int = PATTERN_CACHE_BYTES, max_entry_bytes: int = PATTERN_MAX_BYTES) -> None:
         self.max_bytes, self.max_entry_bytes = max_bytes, max_entry_bytes
-        self._patterns: OrderedDict[Hashable, np.ndarray] = OrderedDict()  # insertion order: oldest first
+        self._patterns: OrderedDict[Hashable, tuple[np.ndarray, int]] = OrderedDict()  # (pattern, bytes charged)
         self._held = 0
         self._lock = threading.Lock()
 
@@ -50,22 +69,23 @@ class PatternCache:
         """The pattern stored under ``key``, built by ``build()`` (and stored, read-only) on a miss."""
         found = self._patterns.get(key)
         if found is not None:
-            return found
+            return found[0]
         built = build()
         built.flags.writeable = False
-        if built.nbytes > self.max_entry_bytes:
+        charged = built.nbytes + key_bytes(key) + ENTRY_OVERHEAD_BYTES
+        if charged > self.max_entry_bytes:
             return built
         with self._lock:
             if key not in self._patterns:
-                self._patterns[key] = built
-                self._held += built.nbytes
+                self._patterns[key] = (built, charged)
+                self._held += charged
                 while self._held > self.max_bytes:
-                    self._held -= self._patterns.popitem(last=False)[1].nbytes
+                    self._held -= self._patterns.popitem(last=False)[1][1]
         return built
 
     @property
     def nbytes(self) -> int:
-        """Bytes the cached patterns hold now."""
+        """Bytes charged to the cached patterns now (data, keys and ``ENTRY_OVERHEAD_BYTES`` each)."""
         with self._lock:
             return self._held
 

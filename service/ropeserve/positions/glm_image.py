@@ -74,7 +74,8 @@ def _grids(image_grid_thw: IntsLike | None, images_per_sample: IntsLike | None, 
     if images_per_sample is None:  # every row reads all grids
         return _Grids(grids, grids.tolist(), np.zeros(rows, dtype=np.int64), np.full(rows, grids.shape[0]))
     counts = as_long_array(images_per_sample, "images_per_sample").reshape(-1)
-    if counts.size != rows or (counts.size and int(counts.min()) < 0) or int(counts.sum()) != grids.shape[0]:
+    # the exact sum: an int64 sum of huge counts wraps (to the grid count, even)
+    if counts.size != rows or (counts.size and int(counts.min()) < 0) or sum(counts.tolist()) != grids.shape[0]:
         raise InvalidInput(
             f"images_per_sample must give {rows} counts >= 0 summing to the {grids.shape[0]} grids",
             field="images_per_sample",

@@ -7,6 +7,8 @@ types in a row is a block, padding included, and image and video runs consume th
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -256,12 +258,17 @@ def _assign_grids(
         )
     if run_ids.size < available:
         unused = run_ids.size if source_row is None else int(source_row[run_ids.size])
-        raise InvalidInput(
-            f"the tokens hold only {run_ids.size} {name} blocks, fewer than {field} describes; "
-            f"{field}[{unused}] is not used by any block",
-            field=f"{field}[{unused}]",
-        )
+        raise _unused_grid(run_ids.size, name, field, unused)
     return run_ids
+
+
+def _unused_grid(blocks: int, name: str, field: str, unused: int) -> InvalidInput:
+    """The tokens hold only ``blocks`` blocks of kind ``name``: ``field[unused]`` has none."""
+    return InvalidInput(
+        f"the tokens hold only {blocks} {name} blocks, fewer than {field} describes; "
+        f"{field}[{unused}] is not used by any block",
+        field=f"{field}[{unused}]",
+    )
 
 
 def _split_video_frames(video_grid: np.ndarray, runs: _Runs, error: _RunErrors) -> tuple[np.ndarray, np.ndarray]:
@@ -276,6 +283,12 @@ def _split_video_frames(video_grid: np.ndarray, runs: _Runs, error: _RunErrors) 
         if first_frame < video_runs.size:
             raise error(int(video_runs[first_frame]), message)
         raise InvalidInput(message, field=f"video_grid_thw[{video}]")
+    # every frame needs a block of its own: refuse extra frames before making them (exact sums: an int64 sum of
+    # huge frame counts wraps, and numpy's repeat crashed on it)
+    ends = list(itertools.accumulate(frames_per_video.tolist()))
+    blocks = int(np.count_nonzero(runs.kind == VIDEO_TOKEN))
+    if ends and ends[-1] > blocks:
+        raise _unused_grid(blocks, KIND_NAMES[VIDEO_TOKEN], "video_grid_thw", bisect.bisect_right(ends, blocks))
     video_of_frame = np.repeat(np.arange(frames_per_video.size), frames_per_video)
     frames = video_grid[video_of_frame]
     frames[:, 0] = 1
@@ -413,9 +426,9 @@ def analyse_tokens(
     video_grid = _grid_array(video_grid_thw, "video_grid_thw")
     num_videos = video_grid.shape[0]
     video_of_grid = None
+    image_runs = _assign_grids(runs, IMAGE_TOKEN, image_grid, None, "image_grid_thw", error)
     if rule.splits_video_frames:
         video_grid, video_of_grid = _split_video_frames(video_grid, runs, error)
-    image_runs = _assign_grids(runs, IMAGE_TOKEN, image_grid, None, "image_grid_thw", error)
     video_unit = "frames" if rule.splits_video_frames else "rows"
     video_runs = _assign_grids(runs, VIDEO_TOKEN, video_grid, video_of_grid, "video_grid_thw", error, video_unit)
 
@@ -546,7 +559,7 @@ def mrope_decode_positions(
     delta_input = [mrope_position_deltas] if isinstance(mrope_position_deltas, int) else mrope_position_deltas
     deltas = as_long_array(delta_input, "mrope_position_deltas").reshape(-1)
     cache = per_row_array(cache_lengths, deltas.size, "cache_lengths")
-    check_element_limit(3 * deltas.size * count, None, "decode positions", field="num_new")
+    check_element_limit(3 * max(deltas.size, 1) * count, None, "decode positions", field="num_new")  # arange(count)
     require_sum_fits(cache, deltas, "cache_lengths", extra=count - 1)
     first = cache + deltas
     row = first_true(first < 0)

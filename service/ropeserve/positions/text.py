@@ -76,7 +76,7 @@ def packed_positions(
     lengths, field = _segment_lengths(segment_lengths, cu_seqlens)
     past = per_row_array(past_lengths, lengths.size, "past_lengths")
     require_sum_fits(past, lengths - 1, "past_lengths")
-    used = int(lengths.sum())
+    used = sum(lengths.tolist())  # exact: an int64 sum of huge lengths wraps (and np.repeat crashes on it)
     length = used if total_length is None else require_int(total_length, "total_length", minimum=0)
     if length < used:
         raise InvalidInput(
@@ -99,7 +99,7 @@ def decode_positions(cache_lengths: IntsLike | int, num_new: int = 1) -> torch.T
     count = require_int(num_new, "num_new", minimum=1)
     cache = as_long_array([cache_lengths] if isinstance(cache_lengths, int) else cache_lengths, "cache_lengths", ndim=1)
     require_at_least(cache, 0, "cache_lengths")
-    check_element_limit(cache.size * count, None, "decode positions", field="num_new")
+    check_element_limit(max(cache.size, 1) * count, None, "decode positions", field="num_new")  # arange(count)
     require_sum_fits(cache, 0, "cache_lengths", extra=count - 1)
     return tensor_on(cache[:, None] + np.arange(count), _device_of(cache_lengths))
 
@@ -121,8 +121,7 @@ def _segment_lengths(segment_lengths: IntsLike | None, cu_seqlens: IntsLike | No
     cumulative = as_long_array(cu_seqlens, "cu_seqlens", ndim=1)
     if cumulative.size == 0 or int(cumulative[0]) != 0:
         raise InvalidInput("cu_seqlens must start with 0", field="cu_seqlens[0]")
-    lengths = np.diff(cumulative)
-    decreasing = first_true(lengths < 0)
+    decreasing = first_true(cumulative[1:] < cumulative[:-1])  # compared, not diffed: a difference may wrap
     if decreasing is not None:
         index = decreasing + 1
         raise InvalidInput(
@@ -130,4 +129,4 @@ def _segment_lengths(segment_lengths: IntsLike | None, cu_seqlens: IntsLike | No
             f"cu_seqlens[{index - 1}] = {int(cumulative[index - 1])} (segment {index - 1} has a negative length)",
             field=f"cu_seqlens[{index}]",
         )
-    return lengths, "cu_seqlens"
+    return np.diff(cumulative), "cu_seqlens"

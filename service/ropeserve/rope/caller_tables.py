@@ -113,22 +113,25 @@ def compare_table(
     *,
     atol: float = 0.0,
     cache: TableCache | None = None,
+    max_growth: int | None = None,
 ) -> TableDifference:
     """Compare ``[N, rotary_dim/2]`` caller rows (row ``p`` = position ``p``) with ropeserve's.
 
     Length-dependent types (dynamic NTK, LongRoPE) are compared at the table's own length ``N`` (as an engine
     builds its cache once for its serving length). ropeserve's half rows come from ``cache`` (the service's
-    table cache, so repeated requests do not recompute them) or, without one, straight from the formula: the
-    same float32 products either way.
+    table cache, so repeated requests do not recompute them) unless covering ``N`` rows would grow its table by
+    more than ``max_growth`` elements (cos + sin; the table grows to a power of two), or, without one, straight
+    from the formula: the same float32 products either way.
     """
     rows = cos.shape[0]
     if rows == 0:
         return TableDifference(0, 0.0, False, None, atol)
     seq_len, device, positions = effective_length(params, rows - 1), torch.device("cpu"), torch.arange(rows)
-    if cache is None:
-        own_half = RopeTable.build(params, seq_len, device).compute_half(positions)
+    table = None if cache is None else cache.get(params, seq_len, device)
+    if table is not None and (max_growth is None or table.growth_elements(rows - 1) <= max_growth):
+        own_half = table.gather_half(positions)
     else:
-        own_half = cache.get(params, seq_len, device).gather_half(positions)
+        own_half = RopeTable.build(params, seq_len, device).compute_half(positions)
     half = cos.shape[1]
     own_cos, own_sin = (own[:, :half] for own in own_half)  # [N, half] each
     difference = torch.maximum((cos.float() - own_cos).abs(), (sin.float() - own_sin).abs())

@@ -7,9 +7,11 @@ same elementwise computation, so gathering rows is bit-identical to computing th
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -28,6 +30,21 @@ TABLE_CACHE_BYTES = 256 * 2**20
 """Default byte budget of a ``TableCache``: the cos/sin rows of all its tables together (4 tables at TABLE_BYTE_CAP)."""
 MAX_POSITION = 2**31 - 1
 """Largest position the service accepts (int32 range; float32 angles are inexact far below it anyway)."""
+
+
+_WAIT_FOR_GROWTH: ContextVar[bool] = ContextVar("ropeserve_wait_for_growth", default=True)
+
+
+@contextlib.contextmanager
+def without_growth_wait() -> Iterator[None]:
+    """Within the block (work on the event loop), a table that another thread is growing is not waited for: the
+    positions asked are computed directly instead (the same values). The growth may be large (up to the table's
+    byte cap), and the event loop must not wait for it."""
+    token = _WAIT_FOR_GROWTH.set(False)
+    try:
+        yield
+    finally:
+        _WAIT_FOR_GROWTH.reset(token)
 
 
 def effective_length(params: RopeParams, max_position: int, seq_len_cached: int | None = None) -> int | None:
@@ -113,18 +130,23 @@ class RopeTable:
 
     def rows_covering(self, max_position: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         """A snapshot of the rows (cos, sin) covering ``0..max_position``, grown to a power of two as needed;
-        None beyond ``row_cap``. Each [rows, n_freq] float32 with rows > ``max_position``."""
+        None beyond ``row_cap``, or while another thread grows the table within ``without_growth_wait``. Each
+        [rows, n_freq] float32 with rows > ``max_position``."""
         if max_position >= self.row_cap:
             return None
         snapshot = self.rows
         if max_position < snapshot[0].shape[0]:
             return snapshot
-        with self._growth_lock:
+        if not self._growth_lock.acquire(blocking=_WAIT_FOR_GROWTH.get()):
+            return None
+        try:
             snapshot = self.rows
             if max_position < snapshot[0].shape[0]:  # another thread grew it meanwhile
                 return snapshot
             snapshot = self.compute_half(torch.arange(self.rows_to_cover(max_position), device=self.inv_freq.device))
             self.rows = snapshot
+        finally:
+            self._growth_lock.release()
         if self.on_grow is not None:
             self.on_grow(self)
         return snapshot

@@ -43,7 +43,14 @@ from ropeserve.rope.caller_tables import (
     compare_table,
     has_caller_table,
 )
-from ropeserve.rope.tables import MAX_POSITION, Pairing, RopeTable, TableCache, effective_length
+from ropeserve.rope.tables import (
+    MAX_POSITION,
+    Pairing,
+    RopeTable,
+    TableCache,
+    effective_length,
+    without_growth_wait,
+)
 from ropeserve.serving.batcher import Batcher, BatchObserver, DisconnectCheck, Timed
 from ropeserve.serving.buffers import BodyBuffers
 from ropeserve.serving.codec import METADATA_KEY, EncodedSafetensors, SafetensorsPayload, encode_safetensors
@@ -206,7 +213,8 @@ class RotationService:
         started = time.perf_counter() if started is None else started
         prepare_start = time.perf_counter()
         if self.staging.stream is None and _elements(payload) <= INLINE_PREPARE_ELEMENTS:
-            job = self.prepare(payload, options)
+            with without_growth_wait():  # (a caller's table is compared with rows of the shared cache)
+                job = self.prepare(payload, options)
         else:  # host work (pinned copies on CUDA; a large body's casts and checks): keep it off the event loop
             job = await asyncio.to_thread(self.prepare, payload, options)
         phases = {**(timings or {}), "prepare_s": time.perf_counter() - prepare_start}
@@ -241,9 +249,10 @@ class RotationService:
             _check_table_growth(table, max_position, self.settings.max_table_elements)
             return table, None
         cos, sin = caller_table(tensors, params.rotary_dim, options.pairing)
-        check_limit(2 * cos.numel(), self.settings.max_table_elements, "table elements (cos+sin)", "cos_sin_cache")
+        limit = self.settings.max_table_elements
+        check_limit(2 * cos.numel(), limit, "table elements (cos+sin)", "cos_sin_cache")
         check_covers(cos.shape[0], max_position)
-        difference = compare_table(params, cos, sin, atol=options.atol, cache=self.tables)
+        difference = compare_table(params, cos, sin, atol=options.atol, cache=self.tables, max_growth=limit)
         return CallerTable.of(cos, sin, self.device), difference
 
     def run(self, jobs: Sequence[RotationJob]) -> list[Rotated]:

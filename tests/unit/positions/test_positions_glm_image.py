@@ -99,6 +99,15 @@ def test_glm_image_errors() -> None:
             glm_image_positions(input_ids=ids, image_grid_thw=grids, images_per_sample=counts)
 
 
+def test_glm_image_counts_whose_sum_wraps_int64_are_invalid_input() -> None:
+    """2 * (2**63 - 1) + 3 wraps to the one grid in int64: the rows then read grids that are not there (an
+    IndexError, a 500 over HTTP); the counts are summed exactly."""
+    ids = [[TEXT, TEXT, TEXT], [START, IMAGE, END], [TEXT, TEXT, TEXT]]
+    with pytest.raises(InvalidInput) as raised:
+        glm_image_positions(input_ids=ids, image_grid_thw=[[1, 1, 1]], images_per_sample=[2**63 - 1, 2**63 - 1, 3])
+    assert raised.value.field == "images_per_sample"
+
+
 @pytest.mark.parametrize("grid", [[1024, 2**27, 2**27], [2**27, 2**27, 1024]])
 def test_glm_image_grid_whose_token_count_wraps_int64_is_invalid_input(grid: list[int]) -> None:
     """t*h*w = 2**64 wraps to 0 in int64: an empty marker pair matched it and the layout failed with a ValueError

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -53,6 +54,30 @@ def test_qwen3_frames_count_against_split_grids() -> None:
 def test_unused_grid_names_the_grid() -> None:
     error = _token_error(mm_token_type_ids=[ROW_A], image_grid_thw=[[1, 4, 6], [1, 2, 2]])
     assert error.field == "image_grid_thw[1]"
+
+
+@pytest.mark.parametrize(
+    ("frames", "unused"),
+    [
+        ([2, 2], 1),  # 3 blocks: the second video's second frame has none
+        ([4], 0),
+        ([2**62] * 4, 0),  # the int64 frame count wraps to 0: numpy's repeat crashed the process (segfault)
+        ([10**8], 0),  # 10**8 frames (an 800 MB index, then 2.4 GB of grids) made before this refusal
+    ],
+)
+def test_split_video_frames_past_the_video_blocks_are_refused_before_they_are_made(
+    frames: list[int], unused: int
+) -> None:
+    blocks = [0, 2, 2, 2, 2, 0, 2, 2, 2, 2, 0, 2, 2, 2, 2]  # three one-frame blocks of (1, 4, 4)
+    tracemalloc.start()  # numpy reports its allocations to tracemalloc
+    try:
+        error = _token_error(family="qwen3_vl", mm_token_type_ids=[blocks], video_grid_thw=[[t, 4, 4] for t in frames])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20
+    assert error.field == f"video_grid_thw[{unused}]"
+    assert "the tokens hold only 3 video blocks" in error.detail
 
 
 def test_grid_not_divisible_by_merge() -> None:

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from ropeserve.positions import _patterns
-from ropeserve.positions._patterns import PatternCache, add_blocks, grid_pattern
+from ropeserve.positions._patterns import ENTRY_OVERHEAD_BYTES, PatternCache, add_blocks, grid_pattern, key_bytes
 from ropeserve.positions.glm_image import glm_image_positions
-from ropeserve.positions.hunyuan_vl import hunyuan_vl_positions
+from ropeserve.positions.hunyuan_vl import hunyuan_vl_positions, hunyuan_vl_positions_from_segments
 from ropeserve.positions.minicpm_v import MiniCpmMarkers, minicpmv_positions
 
 
@@ -21,7 +21,8 @@ def test_cache_stays_within_its_byte_budget_and_drops_the_oldest_first() -> None
     for size in range(1, 40):
         cache.get(("arange", size * 10), lambda size=size: np.arange(size * 10, dtype=np.int64))
         assert cache.nbytes <= 10_000
-    assert cache.nbytes == sum(entry.nbytes for entry in cache._patterns.values())
+    charged = [entry.nbytes + key_bytes(key) + ENTRY_OVERHEAD_BYTES for key, (entry, _) in cache._patterns.items()]
+    assert cache.nbytes == sum(charged)
     kept = list(cache._patterns)
     assert kept == sorted(kept)  # the newest survive
     assert ("arange", 390) in cache._patterns and ("arange", 10) not in cache._patterns
@@ -32,6 +33,29 @@ def test_an_oversized_pattern_is_built_but_not_kept() -> None:
     built = cache.get("big", lambda: np.zeros(1_000, dtype=np.int64))  # 8,000 bytes
     assert built.shape == (1_000,) and not built.flags.writeable
     assert len(cache) == 0 and cache.nbytes == 0
+
+
+def test_empty_patterns_are_charged_so_their_count_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A HunYuan-VL image with fewer rows than the merge size has an empty grid: its patterns hold no data, and
+    charged by their data alone every new width stayed in the cache for good (two entries per image)."""
+    cache = PatternCache(max_bytes=64 * 1024, max_entry_bytes=32 * 1024)
+    monkeypatch.setattr(_patterns, "PATTERNS", cache)
+    for first in range(0, 4000, 500):
+        images = [{"image": [1, 1, 2 * width], "markers": True} for width in range(first + 1, first + 501)]
+        row = [segment for image in images for segment in ({"text": 1}, image)]
+        result = hunyuan_vl_positions_from_segments([row], spatial_merge_size=2)
+        assert result.position_ids.shape == (4, 1, 1500)
+    assert 0 < len(cache) <= 64 * 1024 // ENTRY_OVERHEAD_BYTES and 0 < cache.nbytes <= 64 * 1024
+
+
+def test_a_pattern_is_charged_its_key() -> None:
+    """GLM-Image keys a decode pattern by the generated grids: a key can be larger than its pattern's data."""
+    cache = PatternCache(max_bytes=10_000, max_entry_bytes=4_000)
+    grids = tuple((1, 1, width) for width in range(1, 201))
+    cache.get(("glm-image-decode", grids), lambda: np.zeros(3, dtype=np.int64))
+    assert len(cache) == 0 and cache.nbytes == 0  # 24 bytes of data, a key of more than 4,000
+    cache.get(("small", 1), lambda: np.zeros(3, dtype=np.int64))
+    assert cache.nbytes == 24 + key_bytes(("small", 1)) + ENTRY_OVERHEAD_BYTES
 
 
 def test_cached_patterns_are_read_only_and_hits_return_the_same_array() -> None:
@@ -107,7 +131,7 @@ def test_answers_hold_no_cached_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every answer tensor owns fresh memory: none shares storage with a cached pattern."""
     monkeypatch.setattr(_patterns, "PATTERNS", PatternCache())
     answers = [*_glm(), *_hunyuan(), *_minicpm()]
-    cached = list(_patterns.PATTERNS._patterns.values())
+    cached = [pattern for pattern, _ in _patterns.PATTERNS._patterns.values()]
     assert cached  # the families did use the cache
     for tensor in answers:
         for pattern in cached:

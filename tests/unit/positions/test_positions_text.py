@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from ropeserve.errors import InvalidInput, LimitExceeded
 from ropeserve.positions import PAD_POSITION, decode_positions, packed_positions, positions_from_attention_mask
+from ropeserve.positions.mrope import mrope_decode_positions
 
 
 def test_left_right_and_interior_padding_with_default_fill() -> None:
@@ -102,10 +103,45 @@ def test_packed_limit() -> None:
         packed_positions(segment_lengths=[10**6], max_tokens=1000)
 
 
+@pytest.mark.parametrize(
+    "lengths",
+    [
+        [2**62, 2**62],  # the int64 sum wraps to -2**63
+        [2**62] * 4,  # ... to 0: numpy's repeat then crashed the process (segfault)
+        [2**63 - 1, 2**63 - 1, 5],  # ... to 3
+    ],
+)
+def test_packed_lengths_whose_sum_passes_int64_are_refused_by_their_exact_sum(lengths: list[int]) -> None:
+    with pytest.raises(LimitExceeded) as info:
+        packed_positions(segment_lengths=lengths, max_tokens=1000)
+    assert info.value.field == "segment_lengths"
+    with pytest.raises(InvalidInput, match=f"\\({sum(lengths)} tokens\\)") as shorter:
+        packed_positions(segment_lengths=lengths, total_length=10)
+    assert shorter.value.field == "total_length"
+
+
+def test_decreasing_cu_seqlens_are_refused_even_where_their_difference_wraps() -> None:
+    with pytest.raises(InvalidInput) as info:
+        packed_positions(cu_seqlens=[0, 2**63 - 1, -(2**63)], max_tokens=1000)
+    assert info.value.field == "cu_seqlens[2]"
+
+
 def test_decode_next_k() -> None:
     assert decode_positions([5, 0], num_new=1).tolist() == [[5], [0]]
     assert decode_positions(torch.tensor([5, 9]), num_new=4).tolist() == [[5, 6, 7, 8], [9, 10, 11, 12]]
     assert decode_positions(3, num_new=2).tolist() == [[3, 4]]
+
+
+@pytest.mark.parametrize("num_new", [2**40, 2**63])
+def test_decode_of_no_rows_bounds_num_new_too(num_new: int) -> None:
+    """``arange(num_new)`` is built even for zero rows: 2**40 asked numpy for 8 TiB, and 2**63 (past int64) gave
+    an empty float64 tensor."""
+    with pytest.raises(LimitExceeded) as info:
+        decode_positions([], num_new=num_new)
+    assert info.value.field == "num_new"
+    with pytest.raises(LimitExceeded) as mrope:
+        mrope_decode_positions([], [], num_new=num_new)
+    assert mrope.value.field == "num_new"
 
 
 def test_decode_continues_prefill_positions() -> None:

@@ -114,13 +114,19 @@ class _SignallingLock:
     def __init__(self, hooks: _Interleaving) -> None:
         self.hooks, self.lock = hooks, threading.Lock()
 
-    def __enter__(self) -> None:
+    def acquire(self, blocking: bool = True) -> bool:
         if threading.current_thread() is self.hooks.large:
             self.hooks.large_installed_or_waiting.set()
-        self.lock.acquire()
+        return self.lock.acquire(blocking)
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def __enter__(self) -> None:
+        self.acquire()
 
     def __exit__(self, *exc: object) -> None:
-        self.lock.release()
+        self.release()
 
 
 def test_concurrent_growth_is_monotonic_and_gathers_use_rows_that_cover_them() -> None:
@@ -190,3 +196,20 @@ def test_build_elements_tells_what_a_lookup_would_compute_without_counting_it() 
     table = cache.get(p, None, cpu)
     assert cache.build_elements(p, None, cpu, table.row_cap) == 0
     assert (cache.hits, cache.misses) == (counts[0] + 1, counts[1])  # only the get() above
+
+
+def test_without_growth_wait_computes_the_positions_while_another_thread_grows_the_table() -> None:
+    """Inline work (the event loop) must not wait while another thread grows a shared table (a growth can take
+    up to the table's byte cap): within ``without_growth_wait`` the positions asked are computed directly, the
+    same values, and the table is left to the thread growing it."""
+    from ropeserve.rope.tables import without_growth_wait
+
+    table = TableCache().get(from_explicit({"head_dim": 64, "rope_theta": 1e4}), None, torch.device("cpu"))
+    positions = torch.tensor([5, 700, 3])
+    expected = table.compute_half(positions)
+    with table._growth_lock:  # held, as by a thread growing the table (Lock is not reentrant: a wait never ends)
+        with without_growth_wait():
+            cos, sin = table.gather_half(positions)
+        assert table.rows[0].shape[0] == 0
+    assert torch.equal(cos, expected[0]) and torch.equal(sin, expected[1])
+    assert torch.equal(table.gather_half(positions)[0], cos) and table.rows[0].shape[0] == 1024  # grown after
