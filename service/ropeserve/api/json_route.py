@@ -27,12 +27,13 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, cast
 
+import fastapi.routing
 from fastapi import Request
 from fastapi.datastructures import DefaultPlaceholder
 from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.responses import Response
-from fastapi.routing import APIRoute, _effective_route_context_var
+from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
 from ropeserve.errors import UnsupportedMediaType
@@ -164,8 +165,11 @@ def _value(setting: Any) -> Any:  # noqa: ANN401 - any route setting
 
 def effective(route: APIRoute) -> APIRoute:
     """``route`` as FastAPI builds its handler now: within ``include_router``, merged with the routers' settings
-    (their dependencies, Content-Type rule, overrides provider); else the route itself."""
-    context = _effective_route_context_var.get()
+    (their dependencies, Content-Type rule, overrides provider); else the route itself. FastAPI 0.165 merges
+    lazily and names the merged route in a private context variable; read defensively, as earlier versions
+    build the merged route itself."""
+    context_var = getattr(fastapi.routing, "_effective_route_context_var", None)  # FastAPI 0.165's lazy include
+    context = context_var.get() if context_var is not None else None  # earlier FastAPI: routes are made merged
     return cast(APIRoute, context) if context is not None and context.original_route is route else route
 
 
