@@ -185,6 +185,7 @@ class ServiceMiddleware:
     ) -> None:
         self.app, self.settings, self.metrics = app, settings, metrics
         self.budget, self.draining = budget, draining
+        self.tokens = credentials(settings)
         self.series: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         """(requests, request_duration) children per (route, method, status): labels() costs more than the
         update. Bounded as the labels are: route templates or ``unmatched``, ``METRIC_METHODS`` or ``other``."""
@@ -201,7 +202,7 @@ class ServiceMiddleware:
         exchange = _Exchange(send, request_id, terms, claim, idle_timeout_s, self.draining)
         self.metrics.in_flight.inc()
         try:
-            refusal = self._refusal(scope)
+            refusal = self._refusal(scope, terms[0])
             if refusal is None:
                 await self._run_app(scope, receive, exchange)
                 refusal = None if exchange.responded else exchange.overflow
@@ -225,9 +226,9 @@ class ServiceMiddleware:
             if exchange.overflow is None:
                 raise
 
-    def _refusal(self, scope: Scope) -> ServiceError | None:
-        """An error to answer without running the app: bad token, encoded body, or a declared body over the limit."""
-        tokens = credentials(self.settings)
+    def _refusal(self, scope: Scope, limit: int) -> ServiceError | None:
+        """An error to answer without running the app: bad token, encoded body, or a declared body over ``limit``."""
+        tokens = self.tokens
         protected = scope["path"] not in PROBE_PATHS or self.settings.auth_protect_probes
         if tokens and protected:
             credential = _credential(_header(scope, b"authorization"), tokens)
@@ -236,7 +237,7 @@ class ServiceMiddleware:
             scope["state"]["credential"] = credential
         if (unsupported := _unsupported_encoding(scope)) is not None:
             return unsupported
-        declared, (limit, _) = _header(scope, b"content-length"), body_terms(scope, self.settings)
+        declared = _header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             return too_large(declared, limit)
         return None

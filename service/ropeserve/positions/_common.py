@@ -156,8 +156,7 @@ Ints = torch.Tensor | np.ndarray
 def first_true(mask: Ints) -> int | None:
     """Flat index of the first true element of a bool tensor or array, None when there is none."""
     if isinstance(mask, np.ndarray):
-        hits = np.flatnonzero(mask)
-        return int(hits[0]) if hits.size else None
+        return int(mask.argmax(axis=None)) if mask.any() else None
     if not bool(mask.any()):
         return None
     return int(mask.reshape(-1).nonzero()[0, 0])
