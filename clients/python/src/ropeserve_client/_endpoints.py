@@ -314,18 +314,28 @@ def vision_rope(
     **extra: Any,
 ) -> Operation[TensorResult]:
     """``POST /v1/vision/rope``: vision-tower 2-D position ids ``[N, 2]`` and their cos/sin, per patch grid."""
+    body = _vision_params(grid_thw, preset, config, spatial_merge_size, head_dim, theta)
+    return tensor_post("/v1/vision/rope", {**body, "dtype": dtype, **extra})
+
+
+def _vision_params(
+    grid_thw: Ints,
+    preset: str | None,
+    config: ConfigLike | None,
+    spatial_merge_size: int | None,
+    head_dim: int | None,
+    theta: float | None,
+) -> dict[str, Any]:
+    """The vision-tower fields ``/v1/vision/rope`` and ``/v1/vision/apply`` share."""
     loaded = load_config(config) if config is not None else None
-    body = {
+    return {
         "grid_thw": grid_thw,
         "preset": preset,
         "config": loaded,
         "spatial_merge_size": spatial_merge_size,
         "head_dim": head_dim,
         "theta": theta,
-        "dtype": dtype,
-        **extra,
     }
-    return tensor_post("/v1/vision/rope", body)
 
 
 def _rotation_params(source: dict[str, Any], options: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -449,10 +459,8 @@ def apply_vision_rope(
 ) -> Operation[TensorResult]:
     """``POST /v1/vision/apply``: the vision tower's 2-D rotation of ``q`` (and ``k``) ``[patches, heads, head_dim]``
     (patches in :func:`vision_rope`'s order), as transformers' ``apply_rotary_pos_emb_vision``."""
-    loaded = load_config(config) if config is not None else None
-    params = {"grid_thw": grid_thw, "preset": preset, "config": loaded, "spatial_merge_size": spatial_merge_size}
-    params |= {"head_dim": head_dim, "theta": theta, **extra}
-    return tensors_post("/v1/vision/apply", {"q": q, "k": k}, params)
+    params = _vision_params(grid_thw, preset, config, spatial_merge_size, head_dim, theta)
+    return tensors_post("/v1/vision/apply", {"q": q, "k": k}, {**params, **extra})
 
 
 def _int_tensor(value: Any) -> Any:
