@@ -44,6 +44,31 @@ def test_tracing_is_off_by_default_and_nothing_is_imported() -> None:
     assert imported == "[]" and "TracingMiddleware" not in middleware
 
 
+def test_fastapi_native_telemetry_stays_off_under_a_global_tracer_provider() -> None:
+    """FastAPI 0.165's own instrumentation follows the global providers: once any library sets one, it would add a
+    span per request beside ropeserve's (tracing off here: there must be no span at all)."""
+    code = (
+        "from opentelemetry import trace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from opentelemetry.sdk.trace.export import SimpleSpanProcessor\n"
+        "from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter\n"
+        "exporter = InMemorySpanExporter()\n"
+        "provider = TracerProvider()\n"
+        "provider.add_span_processor(SimpleSpanProcessor(exporter))\n"
+        "trace.set_tracer_provider(provider)\n"
+        "from fastapi.testclient import TestClient\n"
+        "from ropeserve.api import create_app\n"
+        "from ropeserve.settings import Settings\n"
+        "with TestClient(create_app(Settings(access_log=False))) as client:\n"
+        "    assert client.post('/v1/positions', json={'cu_seqlens': [0, 3]}).status_code == 200\n"
+        "print(len(exporter.get_finished_spans()))\n"
+    )
+    env_free = {key: value for key, value in os.environ.items() if not key.startswith("ROPESERVE_")}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env_free)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "0"
+
+
 class Collector(BaseHTTPRequestHandler):
     received: list[tuple[str, str, bytes]] = []
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import signal
@@ -11,6 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import FrameType
+from typing import Any
 
 import torch
 import uvicorn
@@ -51,6 +53,10 @@ ROUTERS = [
 ]
 """In this order in the app's route list (the scan order for paths the exact-path index does not hold): the calls a
 serving stack makes per step (positions, cos/sin) first, the probes (every few seconds) after the JSON routes."""
+NO_NATIVE_TELEMETRY = {"tracing": False, "metrics": False, "logs": False}
+"""FastAPI's own OpenTelemetry instrumentation (FastAPI 0.165 on) is off: ropeserve traces itself (``api/tracing.py``:
+its spans and phases, off unless configured) and exports Prometheus metrics; FastAPI's would add a second span per
+request once any library sets a global tracer provider, and asks the global providers on every request (a few us)."""
 DESCRIPTION = (
     "Reference service for position encodings in LLM serving: position ids (1-D and M-RoPE), cos/sin for "
     "every RoPE variant, Q/K rotation over safetensors, and config lint. Errors are application/problem+json."
@@ -132,6 +138,11 @@ def for_app(route: APIRoute, app: FastAPI) -> APIRoute:
     )
 
 
+def native_telemetry_off() -> dict[str, Any]:
+    """FastAPI's ``telemetry`` argument turning its instrumentation off; nothing for a FastAPI without it."""
+    return {"telemetry": NO_NATIVE_TELEMETRY} if "telemetry" in inspect.signature(FastAPI).parameters else {}
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     runtime = Runtime.create(settings)
@@ -143,6 +154,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         generate_unique_id_function=operation_id,
+        **native_telemetry_off(),
     )
     install_docs(app)
     app.state.runtime = runtime
