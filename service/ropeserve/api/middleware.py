@@ -4,15 +4,15 @@ Body limits: safetensors bodies are capped at ``max_body_bytes``, bodies of any 
 ``max_json_body_bytes``; a declared ``Content-Length`` over the cap is answered 413 before anything is read, and
 streamed bodies are capped while they arrive. Every body received is charged to the app's ``BodyBudget`` as
 its bytes arrive, JSON bodies at ``JSON_MEMORY_FACTOR`` times their size (503 + Retry-After past
-``max_inflight_body_bytes``), and a body that pauses longer than
-``body_idle_timeout_s`` is answered 408. In each case the endpoint's read sees a disconnect, its output is
-discarded and the middleware answers with ``Connection: close`` itself. While the server drains, every answer
-carries ``Connection: close`` so that no keep-alive connection is left idle when the listener closes.
+``max_inflight_body_bytes``), and a body that pauses longer than ``body_idle_timeout_s`` is answered 408
+(``api/idle_watch.py``: at most an eighth of the timeout late). In each case the endpoint's read sees a
+disconnect, its output is discarded and the middleware answers with ``Connection: close`` itself. While the
+server drains, every answer carries ``Connection: close`` so that no keep-alive connection is left idle when the
+listener closes.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import logging
@@ -25,6 +25,7 @@ from prometheus_client import Counter, Histogram
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ropeserve.api.idle_watch import IdleWatch, IdleWatches
 from ropeserve.api.negotiation import SAFETENSORS_MEDIA_TYPES, media_type_of
 from ropeserve.api.problems import PROBE_PATHS, problem_response
 from ropeserve.errors import Busy, PayloadTooLarge, RequestTimeout, ServiceError, Unauthorized, UnsupportedMediaType
@@ -110,12 +111,12 @@ class _Exchange:
         request_id: str,
         terms: tuple[int, int],
         claim: BodyClaim,
-        idle_timeout_s: float,
+        idle: IdleWatch,
         draining: Draining,
     ) -> None:
         self.raw_send, self.request_id, self.claim = send, request_id, claim
         self.body_limit, self.memory_factor = terms
-        self.idle_timeout_s, self.draining = idle_timeout_s, draining
+        self.idle, self.draining = idle, draining
         self.started = time.perf_counter()
         self.status = 500
         self.body_seen = 0
@@ -128,12 +129,11 @@ class _Exchange:
             if self.body_done:
                 return await receive()
             try:
-                async with asyncio.timeout(self.idle_timeout_s):  # a timer per piece, no task
-                    message = await receive()
+                message = await self.idle.receive(receive)
             except TimeoutError:
                 return self.refuse(
                     RequestTimeout(
-                        f"no body bytes for {self.idle_timeout_s:g} s (ROPESERVE_BODY_IDLE_TIMEOUT_S)",
+                        f"no body bytes for {self.idle.timeout_s:g} s (ROPESERVE_BODY_IDLE_TIMEOUT_S)",
                         field="body",
                         headers={"Connection": "close"},
                     )
@@ -186,6 +186,7 @@ class ServiceMiddleware:
         self.app, self.settings, self.metrics = app, settings, metrics
         self.budget, self.draining = budget, draining
         self.tokens = credentials(settings)
+        self.idle_watches = IdleWatches(settings.body_idle_timeout_s)
         self.series: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         """(requests, request_duration) children per (route, method, status): labels() costs more than the
         update. Bounded as the labels are: route templates or ``unmatched``, ``METRIC_METHODS`` or ``other``."""
@@ -198,8 +199,8 @@ class ServiceMiddleware:
         scope.setdefault("state", {})["request_id"] = request_id
         claim = self.budget.claim()
         scope["state"]["body_claim"] = claim
-        terms, idle_timeout_s = body_terms(scope, self.settings), self.settings.body_idle_timeout_s
-        exchange = _Exchange(send, request_id, terms, claim, idle_timeout_s, self.draining)
+        terms = body_terms(scope, self.settings)
+        exchange = _Exchange(send, request_id, terms, claim, self.idle_watches.of_running_loop(), self.draining)
         self.metrics.in_flight.inc()
         try:
             refusal = self._refusal(scope, terms[0])
