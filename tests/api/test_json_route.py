@@ -22,6 +22,7 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from pydantic import Field
 
+from ropeserve.api.app import add_routes, create_app
 from ropeserve.api.fast_json import FastJSONResponse, encode_json
 from ropeserve.api.inline import INLINE_MAX_POSITIONS, run_sized
 from ropeserve.api.json_route import DirectCall, JSONRoute
@@ -29,6 +30,7 @@ from ropeserve.api.problems import install_problem_handlers
 from ropeserve.api.schemas import Int64, StrictModel
 from ropeserve.errors import InvalidInput
 from ropeserve.kernels.threads import serial_torch
+from ropeserve.settings import Settings
 
 
 class Body(StrictModel):
@@ -56,13 +58,18 @@ def sync_endpoint(body: Body, request: Request) -> Response:
     return FastJSONResponse({"thread": threading.get_ident(), "n": len(body.lengths)})
 
 
-def make_app(route_class: type[APIRoute]) -> FastAPI:
+def make_app(route_class: type[APIRoute], *, included: bool = True) -> FastAPI:
+    """``included``: the router is included (FastAPI merges its routes lazily); else its routes are added to the app
+    as the service adds its own (``add_routes``), where a direct route is served by starlette's wrapper."""
     app = FastAPI()
     app.state.scale = Scale()
     router = APIRouter(route_class=route_class)
     router.post("/sum", response_class=Response)(endpoint)
     router.post("/sync", response_class=Response)(sync_endpoint)
-    app.include_router(router)
+    if included:
+        app.include_router(router)
+    else:
+        add_routes(app, router)
     install_problem_handlers(app)
     return app
 
@@ -101,14 +108,20 @@ def clients() -> tuple[TestClient, TestClient]:
     return TestClient(make_app(APIRoute)), TestClient(make_app(JSONRoute))
 
 
+@pytest.fixture(scope="module")
+def added_client() -> TestClient:
+    return TestClient(make_app(JSONRoute, included=False))
+
+
 @pytest.mark.parametrize(("case", "request_args"), REQUESTS, ids=[case for case, _ in REQUESTS])
 def test_the_direct_handler_answers_as_fastapi_does(
-    clients: tuple[TestClient, TestClient], case: str, request_args: dict[str, Any]
+    clients: tuple[TestClient, TestClient], added_client: TestClient, case: str, request_args: dict[str, Any]
 ) -> None:
     fastapi_client, direct_client = clients
     ctype = request_args.get("ctype", "application/json")
     expected = answer(fastapi_client, "/sum", request_args["content"], ctype)
     assert answer(direct_client, "/sum", request_args["content"], ctype) == expected
+    assert answer(added_client, "/sum", request_args["content"], ctype) == expected
     if case == "valid":
         assert expected[0] == 200 and expected[2]["total"] == 42
 
@@ -124,6 +137,20 @@ def test_the_json_routes_of_the_service_take_the_direct_path() -> None:
     ]
     assert len(routes) >= 9
     assert [route.path for route in routes if DirectCall.of(route) is None] == []
+
+
+def test_the_services_json_routes_are_served_by_starlettes_wrapper() -> None:
+    """Routes added to the app (not included) skip FastAPI's per-request exit stacks; other shapes keep FastAPI's."""
+    app = create_app(Settings(access_log=False))
+    served_by = {
+        route.path: route.app.__module__
+        for route in app.router.routes
+        if isinstance(route, JSONRoute) and route.body_field is not None
+    }
+    assert len(served_by) >= 9 and set(served_by.values()) == {"starlette.routing"}
+    added = make_app(JSONRoute, included=False)
+    by_path = {route.path: route for route in added.router.routes if isinstance(route, JSONRoute)}
+    assert by_path["/sum"].app.__module__ == "starlette.routing"
 
 
 def test_other_shapes_keep_fastapis_handler() -> None:
