@@ -111,6 +111,7 @@ class DirectCall:
     body_name: str
     request_name: str | None
     dependencies: dict[str, RequestDependency]
+    endpoint_is_async: bool
 
     @classmethod
     def of(cls, route: APIRoute) -> DirectCall | None:
@@ -129,28 +130,27 @@ class DirectCall:
             _request_only(dep) for dep in dependant.dependencies
         ):
             return None
-        return cls(route, dependant.body_params[0].name, dependant.request_param_name, dependencies)
+        body_name, endpoint_is_async = dependant.body_params[0].name, inspect.iscoroutinefunction(route.endpoint)
+        return cls(route, body_name, dependant.request_param_name, dependencies, endpoint_is_async)
 
     async def handle(self, request: Request) -> Response:
-        body = await self._validated_body(await read_json_body(request))
-        arguments: dict[str, Any] = {self.body_name: body}
+        arguments: dict[str, Any] = {self.body_name: self._validated_body(await read_json_body(request))}
         if self.request_name is not None:
             arguments[self.request_name] = request
         provider = self.route.dependency_overrides_provider or request.app  # the app, when included in one
-        overrides = getattr(provider, "dependency_overrides", {})
+        overrides = getattr(provider, "dependency_overrides", None)
         for name, dependency in self.dependencies.items():
-            value = overrides.get(dependency, dependency)(request)
+            value = (overrides.get(dependency, dependency) if overrides else dependency)(request)
             arguments[name] = await value if inspect.isawaitable(value) else value
-        endpoint = self.route.endpoint
-        if inspect.iscoroutinefunction(endpoint):
-            result = await endpoint(**arguments)
+        if self.endpoint_is_async:
+            result = await self.route.endpoint(**arguments)
         else:
-            result = await run_in_threadpool(endpoint, **arguments)
+            result = await run_in_threadpool(self.route.endpoint, **arguments)
         if not isinstance(result, Response):
             raise TypeError(f"{self.route.path}: a JSONRoute endpoint must return a Response")
         return result
 
-    async def _validated_body(self, document: Any) -> Any:  # noqa: ANN401 - the body model
+    def _validated_body(self, document: Any) -> Any:  # noqa: ANN401 - the body model
         field = self.route.body_field
         assert field is not None  # a route with one body parameter has its body field
         value, errors = field.validate(document, {}, loc=BODY_LOCATION)
