@@ -52,12 +52,19 @@ def configure_access_log(enabled: bool) -> None:
     access_logger.propagate = False
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+READ_HEADERS = frozenset({b"x-request-id", b"content-type", b"content-encoding", b"content-length", b"authorization"})
+"""The request headers the middleware reads (each one's first occurrence)."""
+RequestHeaders = dict[bytes, str]
+
+
+def read_headers(scope: Scope) -> RequestHeaders:
+    """``READ_HEADERS`` of the request, found in one pass over its header list."""
+    found: RequestHeaders = {}
     headers: Iterable[tuple[bytes, bytes]] = scope.get("headers", ())
     for key, value in headers:
-        if key == name:
-            return value.decode("latin-1")
-    return None
+        if key in READ_HEADERS and key not in found:
+            found[key] = value.decode("latin-1")
+    return found
 
 
 def _credential(authorization: str | None, tokens: list[str]) -> str | None:
@@ -71,9 +78,9 @@ def _credential(authorization: str | None, tokens: list[str]) -> str | None:
     return "token-" + hashlib.sha256(tokens[matches.index(True)].encode()).hexdigest()[:16]
 
 
-def _unsupported_encoding(scope: Scope) -> UnsupportedMediaType | None:
+def _unsupported_encoding(headers: RequestHeaders) -> UnsupportedMediaType | None:
     """Bodies are read as sent: any Content-Encoding but ``identity`` is a 415 (RFC 9110 §15.5.16)."""
-    encoding = _header(scope, b"content-encoding")
+    encoding = headers.get(b"content-encoding")
     if encoding is None or all(part.strip().lower() in ("", "identity") for part in encoding.split(",")):
         return None
     return UnsupportedMediaType(
@@ -83,10 +90,10 @@ def _unsupported_encoding(scope: Scope) -> UnsupportedMediaType | None:
     )
 
 
-def body_terms(scope: Scope, settings: Settings) -> tuple[int, int]:
+def body_terms(headers: RequestHeaders, settings: Settings) -> tuple[int, int]:
     """This request's body cap and budget factor: ``max_body_bytes`` and 1 for safetensors,
     ``max_json_body_bytes`` and ``JSON_MEMORY_FACTOR`` for any other content type."""
-    if media_type_of(_header(scope, b"content-type")) in SAFETENSORS_MEDIA_TYPES:
+    if media_type_of(headers.get(b"content-type")) in SAFETENSORS_MEDIA_TYPES:
         return settings.max_body_bytes, 1
     return settings.max_json_body_bytes, JSON_MEMORY_FACTOR
 
@@ -195,15 +202,16 @@ class ServiceMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = _header(scope, b"x-request-id") or os.urandom(16).hex()
+        headers = read_headers(scope)
+        request_id = headers.get(b"x-request-id") or os.urandom(16).hex()
         scope.setdefault("state", {})["request_id"] = request_id
         claim = self.budget.claim()
         scope["state"]["body_claim"] = claim
-        terms = body_terms(scope, self.settings)
+        terms = body_terms(headers, self.settings)
         exchange = _Exchange(send, request_id, terms, claim, self.idle_watches.of_running_loop(), self.draining)
         self.metrics.in_flight.inc()
         try:
-            refusal = self._refusal(scope, terms[0])
+            refusal = self._refusal(scope, headers, terms[0])
             if refusal is None:
                 await self._run_app(scope, receive, exchange)
                 refusal = None if exchange.responded else exchange.overflow
@@ -227,18 +235,18 @@ class ServiceMiddleware:
             if exchange.overflow is None:
                 raise
 
-    def _refusal(self, scope: Scope, limit: int) -> ServiceError | None:
+    def _refusal(self, scope: Scope, headers: RequestHeaders, limit: int) -> ServiceError | None:
         """An error to answer without running the app: bad token, encoded body, or a declared body over ``limit``."""
         tokens = self.tokens
         protected = scope["path"] not in PROBE_PATHS or self.settings.auth_protect_probes
         if tokens and protected:
-            credential = _credential(_header(scope, b"authorization"), tokens)
+            credential = _credential(headers.get(b"authorization"), tokens)
             if credential is None:
                 return Unauthorized("send 'Authorization: Bearer <token>'", headers={"WWW-Authenticate": "Bearer"})
             scope["state"]["credential"] = credential
-        if (unsupported := _unsupported_encoding(scope)) is not None:
+        if (unsupported := _unsupported_encoding(headers)) is not None:
             return unsupported
-        declared = _header(scope, b"content-length")
+        declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             return too_large(declared, limit)
         return None
