@@ -26,6 +26,7 @@ __all__ = [
     "PATTERN_MAX_BYTES",
     "PatternCache",
     "add_blocks",
+    "copy_blocks",
     "grid_pattern",
     "key_bytes",
     "pattern",
@@ -138,6 +139,22 @@ def add_blocks(out: np.ndarray, starts: np.ndarray, block: np.ndarray, offsets: 
         writeable=True,
     )
     windows[:, starts] = block[:, None, :] + offsets[:, :, None]
+
+
+def copy_blocks(out: np.ndarray, starts: list[int], block: np.ndarray) -> None:
+    """``out[:, s : s + n] = block`` for every ``s`` of ``starts`` (disjoint ranges), with one assignment.
+
+    ``out`` ``[C, M]`` C-contiguous, ``block`` ``[C, n]`` (``n <= M``).
+    """
+    size = block.shape[1]
+    # every window of ``size`` consecutive slots, as a view (the ranges are disjoint: each slot is written once)
+    windows = np.ndarray(
+        (out.shape[0], out.shape[1] - size + 1, size),
+        out.dtype,
+        buffer=out,
+        strides=(out.strides[0], out.strides[1], out.strides[1]),
+    )
+    windows[:, starts] = block[:, None, :]
 
 
 def place_blocks(

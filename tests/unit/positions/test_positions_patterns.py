@@ -10,7 +10,14 @@ import pytest
 import torch
 
 from ropeserve.positions import _patterns
-from ropeserve.positions._patterns import ENTRY_OVERHEAD_BYTES, PatternCache, add_blocks, grid_pattern, key_bytes
+from ropeserve.positions._patterns import (
+    ENTRY_OVERHEAD_BYTES,
+    PatternCache,
+    add_blocks,
+    copy_blocks,
+    grid_pattern,
+    key_bytes,
+)
 from ropeserve.positions.glm_image import glm_image_positions
 from ropeserve.positions.hunyuan_vl import hunyuan_vl_positions, hunyuan_vl_positions_from_segments
 from ropeserve.positions.minicpm_v import MiniCpmMarkers, minicpmv_positions
@@ -86,6 +93,17 @@ def test_add_blocks_writes_each_block_at_its_start_with_its_offset(size: int) ->
     expected = np.full_like(out, -1)
     for start, offset in zip(starts, offsets.T, strict=True):
         expected[:, start : start + size] = block + offset[:, None]
+    assert np.array_equal(out, expected)
+
+
+@pytest.mark.parametrize("starts", [[0], [3, 11], [0, 5, 15]])
+def test_copy_blocks_writes_the_block_at_each_start_and_nothing_else(starts: list[int]) -> None:
+    out = np.full((3, 20), -1, dtype=np.int64)
+    block = np.arange(15, dtype=np.int64).reshape(3, 5)
+    copy_blocks(out, starts, block)
+    expected = np.full_like(out, -1)
+    for start in starts:
+        expected[:, start : start + 5] = block
     assert np.array_equal(out, expected)
 
 
