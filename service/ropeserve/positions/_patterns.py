@@ -182,15 +182,18 @@ def place_blocks(
             out[:, slots_of(index)] = block + offsets[:, index, None]
 
 
-def real_runs(mask: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def real_runs(mask: np.ndarray, lengths: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``([B] slot of each row's first real token, [B] whether the row's real tokens are one run of slots)`` of a
-    ``[B, L]`` mask with ``lengths`` real tokens per row (left or right padding: one run; an empty row: one run)."""
+    ``[B, L]`` mask with ``lengths`` real tokens per row (counted here when None, and only when some row is not one
+    run; left or right padding: one run; an empty row: one run)."""
     rows, width = mask.shape
     if not width:
         return np.zeros(rows, dtype=np.int64), np.ones(rows, dtype=bool)
     first = mask.argmax(axis=1)
     runs = np.count_nonzero(mask[:, 1:] > mask[:, :-1]) + np.count_nonzero(mask[:, 0])  # runs of real slots
-    if runs == np.count_nonzero(lengths):  # one per non-empty row (the usual batch: no reversed scan needed)
+    if runs == np.count_nonzero(mask[np.arange(rows), first]):  # one per non-empty row (the usual batch)
         return first, np.ones(rows, dtype=bool)
+    if lengths is None:
+        lengths = mask.sum(axis=1)
     last = width - 1 - mask[:, ::-1].argmax(axis=1)
     return first, (last - first + 1 == lengths) | (lengths == 0)

@@ -24,7 +24,7 @@ import torch
 from ropeserve.errors import InvalidInput
 from ropeserve.positions._common import MAX_ELEMENTS, IntsLike, as_long_array, check_element_limit, require_int
 from ropeserve.positions._patterns import copy_blocks, grid_pattern, pattern, real_runs
-from ropeserve.positions.mrope import mask_and_lengths
+from ropeserve.positions.mrope import real_mask
 
 __all__ = [
     "GLM_IMAGE_END_TOKEN_ID",
@@ -95,9 +95,7 @@ class _Images:
     complete: list[int]  # [B] <image_end> markers per row (transformers' "complete images")
 
 
-def _find_images(
-    ids: np.ndarray, mask: np.ndarray, lengths: np.ndarray, grids: _Grids, marks: tuple[int, int]
-) -> _Images:
+def _find_images(ids: np.ndarray, mask: np.ndarray, grids: _Grids, marks: tuple[int, int]) -> _Images:
     """Pair each row's ``i``-th start and end markers with its ``i``-th grid and check the pair holds the grid's
     tokens. The markers are found with one pass over the batch; the pairs (few) are checked in Python."""
     rows, width = ids.shape
@@ -107,7 +105,7 @@ def _find_images(
     opens, closes = found[opening], found[~opening]
     row_edges = np.arange(rows + 1) * width  # each row's markers: a slice of the sorted slots
     open_at, close_at = np.searchsorted(opens, row_edges).tolist(), np.searchsorted(closes, row_edges).tolist()
-    keys, shift = _real_index(mask, lengths)
+    keys, shift = _real_index(mask)
     open_slots, close_slots = opens.tolist(), closes.tolist()
     open_keys = open_slots if keys is None else keys[opens].tolist()
     close_keys = close_slots if keys is None else keys[closes].tolist()
@@ -132,14 +130,14 @@ def _find_images(
     return _Images(starts, ends, shapes, complete)
 
 
-def _real_index(mask: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray | None, list[int]]:
+def _real_index(mask: np.ndarray) -> tuple[np.ndarray | None, list[int]]:
     """``(keys, shift)``: the real tokens of row ``b`` up to and including slot ``s`` are ``keys[s] - shift[b]``.
 
     When every row's real tokens are one run of slots (left or right padding), ``keys`` is None (read the slot
     itself) and ``shift[b]`` is the slot before the row's first real token; else ``keys`` ``[B * L]`` is a running
     count over each row and the shifts are 0."""
     rows, width = mask.shape
-    first, one_run = real_runs(mask, lengths)
+    first, one_run = real_runs(mask)
     if bool(one_run.all()):
         return None, (np.arange(rows) * width + first - 1).tolist()
     counts = mask.astype(np.int64)
@@ -247,14 +245,14 @@ def glm_image_positions(
     """Prefill and decode positions of a GLM-Image batch (see the module docstring)."""
     ids = as_long_array(input_ids, "input_ids", ndim=2)
     rows, width = ids.shape
-    mask, lengths = mask_and_lengths(attention_mask, ids)
+    mask = real_mask(attention_mask, ids)
     grids = _grids(image_grid_thw, images_per_sample, rows)
-    images = _find_images(ids, mask, lengths, grids, (image_start_token_id, image_end_token_id))
+    images = _find_images(ids, mask, grids, (image_start_token_id, image_end_token_id))
     positions, after = _prefill(mask, images)
     decode = _decode(grids, images.complete, after)
     return GlmImagePositions(
         torch.from_numpy(positions),
-        torch.zeros((rows, 1), dtype=torch.long),
+        torch.from_numpy(np.zeros((rows, 1), dtype=np.int64)),
         None if decode is None else torch.from_numpy(decode),
     )
 
