@@ -190,6 +190,10 @@ def real_runs(mask: np.ndarray, lengths: np.ndarray | None = None) -> tuple[np.n
     if not width:
         return np.zeros(rows, dtype=np.int64), np.ones(rows, dtype=bool)
     first = mask.argmax(axis=1)
+    # every row real from its first real slot to the last column (left padding): each row holds at most
+    # ``width - first`` real slots, so the totals agree only when all do (an empty row holds 0 of ``width``)
+    if np.count_nonzero(mask) == rows * width - int(first.sum()):
+        return first, np.ones(rows, dtype=bool)
     runs = np.count_nonzero(mask[:, 1:] > mask[:, :-1]) + np.count_nonzero(mask[:, 0])  # runs of real slots
     if runs == np.count_nonzero(mask[np.arange(rows), first]):  # one per non-empty row (the usual batch)
         return first, np.ones(rows, dtype=bool)

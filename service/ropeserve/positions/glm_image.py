@@ -86,12 +86,13 @@ def _grids(image_grid_thw: IntsLike | None, images_per_sample: IntsLike | None, 
 
 @dataclass(frozen=True)
 class _Images:
-    """Prompt images of the batch, row by row: each row's ``i``-th start and end markers (zip semantics) and
-    ``i``-th grid."""
+    """Prompt images of the batch (each row's ``i``-th start and end markers, zip semantics, and ``i``-th grid), as
+    :func:`_prefill` lays them out."""
 
-    start: list[int]  # slot of each image's <image_start>
-    end: list[int]  # slot of its <image_end>
-    shape: list[tuple[int, ...]]  # its grid (t, h, w)
+    ends: list[int]  # slot of each image's <image_end>
+    end_steps: list[int]  # max(h, w) - t*h*w: what its <image_end> advances besides its own 1
+    dense: dict[tuple[int, ...], list[int]]  # grid -> first-token slots of the images whose tokens are consecutive
+    holed: list[tuple[int, int, tuple[int, ...]]]  # (start slot, end slot, grid) of the images with padding inside
     complete: list[int]  # [B] <image_end> markers per row (transformers' "complete images")
 
 
@@ -109,25 +110,29 @@ def _find_images(ids: np.ndarray, mask: np.ndarray, grids: _Grids, marks: tuple[
     open_slots, close_slots = opens.tolist(), closes.tolist()
     open_keys = open_slots if keys is None else keys[opens].tolist()
     close_keys = close_slots if keys is None else keys[closes].tolist()
-    starts, ends, shapes = [], [], []
+    images = _Images([], [], {}, [], [close_at[b + 1] - close_at[b] for b in range(rows)])
     for b, (first, count) in enumerate(zip(grids.first, grids.count, strict=True)):
         o, c, previous_end = open_at[b], close_at[b], 0
         for image in range(min(open_at[b + 1] - o, close_at[b + 1] - c, count)):
             shape = grids.shapes[first + image]
+            tokens = math.prod(shape)
             # the image's first token (after <image_start>) and its <image_end>, among the row's real tokens
             first_token, end_token = open_keys[o + image] - shift[b], close_keys[c + image] - shift[b] - 1
-            if end_token - first_token != math.prod(shape) or first_token < previous_end:
+            if end_token - first_token != tokens or first_token < previous_end:
                 raise InvalidInput(
                     f"row {b}: image {image} has {end_token - first_token} tokens between its markers but grid "
-                    f"{list(shape)} needs {math.prod(shape)}",
+                    f"{list(shape)} needs {tokens}",
                     field=f"rows[{b}]",
                 )
             previous_end = end_token
-            starts.append(open_slots[o + image])
-            ends.append(close_slots[c + image])
-            shapes.append(shape)
-    complete = [close_at[b + 1] - close_at[b] for b in range(rows)]
-    return _Images(starts, ends, shapes, complete)
+            start, end = open_slots[o + image], close_slots[c + image]
+            images.ends.append(end)
+            images.end_steps.append(max(shape[1], shape[2]) - tokens)
+            if end - start - 1 == tokens:  # no padded slot inside (the pair holds exactly its tokens)
+                images.dense.setdefault(shape, []).append(start + 1)
+            else:
+                images.holed.append((start, end, shape))
+    return images
 
 
 def _real_index(mask: np.ndarray) -> tuple[np.ndarray | None, list[int]]:
@@ -139,7 +144,7 @@ def _real_index(mask: np.ndarray) -> tuple[np.ndarray | None, list[int]]:
     rows, width = mask.shape
     first, one_run = real_runs(mask)
     if bool(one_run.all()):
-        return None, (np.arange(rows) * width + first - 1).tolist()
+        return None, [b * width + start - 1 for b, start in enumerate(first.tolist())]
     counts = mask.astype(np.int64)
     np.cumsum(counts, axis=1, out=counts)
     return counts.reshape(-1), [0] * rows
@@ -167,8 +172,8 @@ def _prefill(mask: np.ndarray, images: _Images) -> tuple[np.ndarray, np.ndarray]
     rows, width = mask.shape
     text = np.empty((rows, width), dtype=np.int64)
     np.copyto(text, mask)
-    if images.end:
-        text.reshape(-1)[images.end] += [max(h, w) - t * h * w for t, h, w in images.shape]
+    if images.ends:
+        text.reshape(-1)[images.ends] += images.end_steps
     if width:
         text[:, 0] -= 1
     np.cumsum(text, axis=1, out=text)
@@ -177,21 +182,13 @@ def _prefill(mask: np.ndarray, images: _Images) -> tuple[np.ndarray, np.ndarray]
         np.copyto(text, _FILL, where=~mask)
     positions = np.zeros((3, rows, width), dtype=np.int64)
     flat = positions.reshape(3, -1)
-    dense: dict[tuple[int, ...], list[int]] = {}
-    holed = []
-    for image, (start, end, shape) in enumerate(zip(images.start, images.end, images.shape, strict=True)):
-        if end - start - 1 == math.prod(shape):  # no padded slot inside (the pair holds exactly its tokens)
-            dense.setdefault(shape, []).append(start + 1)
-        else:
-            holed.append(image)
-    for shape, firsts in dense.items():
+    for shape, firsts in images.dense.items():
         copy_blocks(flat, firsts, _relative_pattern(shape))
     np.add(positions, text, out=positions)
     real, text_flat = mask.reshape(-1), text.reshape(-1)
-    for image in holed:
-        start, end = images.start[image], images.end[image]
+    for start, end, shape in images.holed:
         slots = start + 1 + np.flatnonzero(real[start + 1 : end])
-        flat[:, slots] = grid_pattern(*images.shape[image]) + text_flat[slots[0]]  # the first token is the origin
+        flat[:, slots] = grid_pattern(*shape) + text_flat[slots[0]]  # the first token is the origin
     return positions, after
 
 
