@@ -95,6 +95,15 @@ class _Images:
     holed: list[tuple[int, int, tuple[int, ...]]]  # (start slot, end slot, grid) of the images with padding inside
     complete: list[int]  # [B] <image_end> markers per row (transformers' "complete images")
 
+    def add(self, start: int, end: int, shape: tuple[int, ...], tokens: int) -> None:
+        """An image between the markers at slots ``start`` and ``end``, holding its ``tokens`` real tokens."""
+        self.ends.append(end)
+        self.end_steps.append(max(shape[1], shape[2]) - tokens)
+        if end - start - 1 == tokens:  # no padded slot inside
+            self.dense.setdefault(shape, []).append(start + 1)
+        else:
+            self.holed.append((start, end, shape))
+
 
 def _find_images(ids: np.ndarray, mask: np.ndarray, grids: _Grids, marks: tuple[int, int]) -> _Images:
     """Pair each row's ``i``-th start and end markers with its ``i``-th grid and check the pair holds the grid's
@@ -125,13 +134,7 @@ def _find_images(ids: np.ndarray, mask: np.ndarray, grids: _Grids, marks: tuple[
                     field=f"rows[{b}]",
                 )
             previous_end = end_token
-            start, end = open_slots[o + image], close_slots[c + image]
-            images.ends.append(end)
-            images.end_steps.append(max(shape[1], shape[2]) - tokens)
-            if end - start - 1 == tokens:  # no padded slot inside (the pair holds exactly its tokens)
-                images.dense.setdefault(shape, []).append(start + 1)
-            else:
-                images.holed.append((start, end, shape))
+            images.add(open_slots[o + image], close_slots[c + image], shape, tokens)
     return images
 
 
@@ -167,8 +170,10 @@ def _prefill(mask: np.ndarray, images: _Images) -> tuple[np.ndarray, np.ndarray]
     ``text`` ``[B, L]`` holds the 1-D positions: each real slot advances by 1 (the slot after an image, its
     ``<image_end>``, by ``max(h, w) - t*h*w`` more, so that the image's tokens advance ``max(h, w)`` in all), the
     first column starts at -1, and one running sum gives every position. An image whose tokens are consecutive
-    slots then holds ``origin + index`` there: its relative pattern is written into a zeroed output, and one sum
-    over the batch adds the text positions to all three axes. An image with padding inside is written on top."""
+    slots then holds ``origin + index`` there (``origin``: the text position of its first token, which follows
+    every earlier image's advance): its relative pattern is copied into a zeroed answer (one strided assignment per
+    grid shape, no numpy call per image), and one add lays the text positions over all three axes. An image with
+    padding inside is written on top, from the text position of its first token."""
     rows, width = mask.shape
     text = np.empty((rows, width), dtype=np.int64)
     np.copyto(text, mask)
