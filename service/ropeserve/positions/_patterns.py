@@ -26,6 +26,7 @@ __all__ = [
     "PATTERN_MAX_BYTES",
     "PatternCache",
     "add_blocks",
+    "copy_blocks",
     "grid_pattern",
     "key_bytes",
     "pattern",
@@ -140,6 +141,22 @@ def add_blocks(out: np.ndarray, starts: np.ndarray, block: np.ndarray, offsets: 
     windows[:, starts] = block[:, None, :] + offsets[:, :, None]
 
 
+def copy_blocks(out: np.ndarray, starts: list[int], block: np.ndarray) -> None:
+    """``out[:, s : s + n] = block`` for every ``s`` of ``starts`` (disjoint ranges), with one assignment.
+
+    ``out`` ``[C, M]`` C-contiguous, ``block`` ``[C, n]`` (``n <= M``).
+    """
+    size = block.shape[1]
+    # every window of ``size`` consecutive slots, as a view (the ranges are disjoint: each slot is written once)
+    windows = np.ndarray(
+        (out.shape[0], out.shape[1] - size + 1, size),
+        out.dtype,
+        buffer=out,
+        strides=(out.strides[0], out.strides[1], out.strides[1]),
+    )
+    windows[:, starts] = block[:, None, :]
+
+
 def place_blocks(
     out: np.ndarray,
     starts: np.ndarray,
@@ -165,15 +182,22 @@ def place_blocks(
             out[:, slots_of(index)] = block + offsets[:, index, None]
 
 
-def real_runs(mask: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def real_runs(mask: np.ndarray, lengths: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``([B] slot of each row's first real token, [B] whether the row's real tokens are one run of slots)`` of a
-    ``[B, L]`` mask with ``lengths`` real tokens per row (left or right padding: one run; an empty row: one run)."""
+    ``[B, L]`` mask with ``lengths`` real tokens per row (counted here when None, and only when some row is not one
+    run; left or right padding: one run; an empty row: one run)."""
     rows, width = mask.shape
     if not width:
         return np.zeros(rows, dtype=np.int64), np.ones(rows, dtype=bool)
     first = mask.argmax(axis=1)
-    runs = np.count_nonzero(mask[:, 1:] > mask[:, :-1]) + np.count_nonzero(mask[:, 0])  # runs of real slots
-    if runs == np.count_nonzero(lengths):  # one per non-empty row (the usual batch: no reversed scan needed)
+    # every row real from its first real slot to the last column (left padding): each row holds at most
+    # ``width - first`` real slots, so the totals agree only when all do (an empty row holds 0 of ``width``)
+    if np.count_nonzero(mask) == rows * width - int(first.sum()):
         return first, np.ones(rows, dtype=bool)
+    runs = np.count_nonzero(mask[:, 1:] > mask[:, :-1]) + np.count_nonzero(mask[:, 0])  # runs of real slots
+    if runs == np.count_nonzero(mask[np.arange(rows), first]):  # one per non-empty row (the usual batch)
+        return first, np.ones(rows, dtype=bool)
+    if lengths is None:
+        lengths = mask.sum(axis=1)
     last = width - 1 - mask[:, ::-1].argmax(axis=1)
     return first, (last - first + 1 == lengths) | (lengths == 0)

@@ -14,16 +14,17 @@ repeating their last column. Prefill deltas are 0; padded slots hold 1 (transfor
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 import torch
 
 from ropeserve.errors import InvalidInput
 from ropeserve.positions._common import MAX_ELEMENTS, IntsLike, as_long_array, check_element_limit, require_int
-from ropeserve.positions._patterns import grid_pattern, pattern, place_blocks, real_runs
-from ropeserve.positions.mrope import mask_and_lengths
+from ropeserve.positions._patterns import copy_blocks, grid_pattern, pattern, real_runs
+from ropeserve.positions.mrope import real_mask
 
 __all__ = [
     "GLM_IMAGE_END_TOKEN_ID",
@@ -53,57 +54,60 @@ class GlmImagePositions:
 class _Grids:
     """The batch's grids and which of them each row reads (``image_grid_thw`` split by ``images_per_sample``)."""
 
-    array: np.ndarray  # [N, 3] int64
-    grids: list[list[int]]  # the same as lists
-    first: np.ndarray  # [B] int64 index of each row's first grid
-    count: np.ndarray  # [B] int64 grids of each row
+    shapes: tuple[tuple[int, ...], ...]  # [N] (t, h, w) of each grid
+    first: list[int]  # [B] index of each row's first grid
+    count: list[int]  # [B] grids of each row
 
 
 def _grids(image_grid_thw: IntsLike | None, images_per_sample: IntsLike | None, rows: int) -> _Grids:
     if image_grid_thw is None:
         if images_per_sample is not None:
             raise InvalidInput("images_per_sample needs image_grid_thw", field="images_per_sample")
-        none = np.zeros(rows, dtype=np.int64)
-        return _Grids(np.zeros((0, 3), dtype=np.int64), [], none, none)
+        return _Grids((), [0] * rows, [0] * rows)
     grids = as_long_array(image_grid_thw, "image_grid_thw", ndim=2)
     if grids.shape[1] != 3:
         raise InvalidInput(f"image_grid_thw must be [N, 3], got {list(grids.shape)}", field="image_grid_thw")
-    if grids.size and (int(grids.min()) < 1 or int(grids.max()) > MAX_ELEMENTS):
+    # one pass: sizes below 1 wrap to huge unsigned values once 1 is taken off
+    if grids.size and int((grids - 1).view(np.uint64).max()) >= MAX_ELEMENTS:
         index = int(np.flatnonzero(((grids < 1) | (grids > MAX_ELEMENTS)).any(axis=1))[0])
         raise InvalidInput(f"image_grid_thw[{index}] = {grids[index].tolist()} is out of range", field="image_grid_thw")
+    shapes = tuple(map(tuple, grids.tolist()))
     if images_per_sample is None:  # every row reads all grids
-        return _Grids(grids, grids.tolist(), np.zeros(rows, dtype=np.int64), np.full(rows, grids.shape[0]))
-    counts = as_long_array(images_per_sample, "images_per_sample").reshape(-1)
+        return _Grids(shapes, [0] * rows, [len(shapes)] * rows)
+    counts = as_long_array(images_per_sample, "images_per_sample").reshape(-1).tolist()
     # the exact sum: an int64 sum of huge counts wraps (to the grid count, even)
-    if counts.size != rows or (counts.size and int(counts.min()) < 0) or sum(counts.tolist()) != grids.shape[0]:
+    if len(counts) != rows or (counts and min(counts) < 0) or sum(counts) != len(shapes):
         raise InvalidInput(
-            f"images_per_sample must give {rows} counts >= 0 summing to the {grids.shape[0]} grids",
+            f"images_per_sample must give {rows} counts >= 0 summing to the {len(shapes)} grids",
             field="images_per_sample",
         )
-    return _Grids(grids, grids.tolist(), np.cumsum(counts) - counts, counts)
+    return _Grids(shapes, list(accumulate(counts[:-1], initial=0)), counts)
 
 
 @dataclass(frozen=True)
 class _Images:
-    """Prompt images of the batch: each row's ``i``-th start and end markers (zip semantics) and ``i``-th grid."""
+    """Prompt images of the batch (each row's ``i``-th start and end markers, zip semantics, and ``i``-th grid), as
+    :func:`_prefill` lays them out."""
 
-    start: np.ndarray  # [I] slot of each image's <image_start>
-    end: np.ndarray  # [I] slot of its <image_end>
-    grid: np.ndarray  # [I, 3]
-    tokens: np.ndarray  # [I] t*h*w
-    complete: np.ndarray  # [B] <image_end> markers per row (transformers' "complete images")
+    ends: list[int]  # slot of each image's <image_end>
+    end_steps: list[int]  # max(h, w) - t*h*w: what its <image_end> advances besides its own 1
+    dense: dict[tuple[int, ...], list[int]]  # grid -> first-token slots of the images whose tokens are consecutive
+    holed: list[tuple[int, int, tuple[int, ...]]]  # (start slot, end slot, grid) of the images with padding inside
+    complete: list[int]  # [B] <image_end> markers per row (transformers' "complete images")
+
+    def add(self, start: int, end: int, shape: tuple[int, ...], tokens: int) -> None:
+        """An image between the markers at slots ``start`` and ``end``, holding its ``tokens`` real tokens."""
+        self.ends.append(end)
+        self.end_steps.append(max(shape[1], shape[2]) - tokens)
+        if end - start - 1 == tokens:  # no padded slot inside
+            self.dense.setdefault(shape, []).append(start + 1)
+        else:
+            self.holed.append((start, end, shape))
 
 
-def _find_images(
-    ids: np.ndarray,
-    mask: np.ndarray,
-    real_upto: Callable[[np.ndarray], np.ndarray],
-    grids: _Grids,
-    marks: tuple[int, int],
-) -> _Images:
+def _find_images(ids: np.ndarray, mask: np.ndarray, grids: _Grids, marks: tuple[int, int]) -> _Images:
     """Pair each row's ``i``-th start and end markers with its ``i``-th grid and check the pair holds the grid's
-    tokens (``real_upto(slots)``: the real tokens of each slot's row up to and including it). The markers are
-    found with one pass over the batch; the pairs (few) are checked in Python."""
+    tokens. The markers are found with one pass over the batch; the pairs (few) are checked in Python."""
     rows, width = ids.shape
     found = ((ids == marks[0]) | (ids == marks[1])).reshape(-1).nonzero()[0]
     found = found[mask.reshape(-1)[found]]
@@ -111,75 +115,85 @@ def _find_images(
     opens, closes = found[opening], found[~opening]
     row_edges = np.arange(rows + 1) * width  # each row's markers: a slice of the sorted slots
     open_at, close_at = np.searchsorted(opens, row_edges).tolist(), np.searchsorted(closes, row_edges).tolist()
-    open_slots, open_upto = opens.tolist(), real_upto(opens).tolist()
-    close_slots, close_upto = closes.tolist(), real_upto(closes).tolist()
-    starts, ends, sizes = [], [], []
-    for b, (first, count) in enumerate(zip(grids.first.tolist(), grids.count.tolist(), strict=True)):
+    keys, shift = _real_index(mask)
+    open_slots, close_slots = opens.tolist(), closes.tolist()
+    open_keys = open_slots if keys is None else keys[opens].tolist()
+    close_keys = close_slots if keys is None else keys[closes].tolist()
+    images = _Images([], [], {}, [], [close_at[b + 1] - close_at[b] for b in range(rows)])
+    for b, (first, count) in enumerate(zip(grids.first, grids.count, strict=True)):
         o, c, previous_end = open_at[b], close_at[b], 0
         for image in range(min(open_at[b + 1] - o, close_at[b + 1] - c, count)):
-            size = grids.grids[first + image]
+            shape = grids.shapes[first + image]
+            tokens = math.prod(shape)
             # the image's first token (after <image_start>) and its <image_end>, among the row's real tokens
-            first_token, end_token = open_upto[o + image], close_upto[c + image] - 1
-            if end_token - first_token != math.prod(size) or first_token < previous_end:
+            first_token, end_token = open_keys[o + image] - shift[b], close_keys[c + image] - shift[b] - 1
+            if end_token - first_token != tokens or first_token < previous_end:
                 raise InvalidInput(
                     f"row {b}: image {image} has {end_token - first_token} tokens between its markers but grid "
-                    f"{size} needs {math.prod(size)}",
+                    f"{list(shape)} needs {tokens}",
                     field=f"rows[{b}]",
                 )
             previous_end = end_token
-            starts.append(open_slots[o + image])
-            ends.append(close_slots[c + image])
-            sizes.append(size)
-    grid = np.array(sizes, dtype=np.int64).reshape(-1, 3)
-    complete = np.diff(np.asarray(close_at, dtype=np.int64))
-    return _Images(np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64), grid, grid.prod(axis=1), complete)
+            images.add(open_slots[o + image], close_slots[c + image], shape, tokens)
+    return images
 
 
-def _real_upto(mask: np.ndarray, lengths: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    """``slots -> [S]`` real tokens of each slot's row up to and including it: from the column when every row's
-    real tokens are one run of slots (left or right padding), else from a running count over the batch."""
-    width = mask.shape[1]
-    first, one_run = real_runs(mask, lengths)
+def _real_index(mask: np.ndarray) -> tuple[np.ndarray | None, list[int]]:
+    """``(keys, shift)``: the real tokens of row ``b`` up to and including slot ``s`` are ``keys[s] - shift[b]``.
+
+    When every row's real tokens are one run of slots (left or right padding), ``keys`` is None (read the slot
+    itself) and ``shift[b]`` is the slot before the row's first real token; else ``keys`` ``[B * L]`` is a running
+    count over each row and the shifts are 0."""
+    rows, width = mask.shape
+    first, one_run = real_runs(mask)
     if bool(one_run.all()):
-        return lambda slots: slots % width - first[slots // width] + 1
+        return None, [b * width + start - 1 for b, start in enumerate(first.tolist())]
     counts = mask.astype(np.int64)
     np.cumsum(counts, axis=1, out=counts)
-    flat = counts.reshape(-1)
-    return lambda slots: flat[slots]
+    return counts.reshape(-1), [0] * rows
+
+
+def _relative_pattern(shape: tuple[int, ...]) -> np.ndarray:
+    """``[3, t*h*w]`` read-only grid pattern less each token's index in the image: added to the text positions the
+    image's slots would have (``origin + index``), it gives ``origin + pattern``."""
+
+    def build() -> np.ndarray:
+        grid = grid_pattern(*shape)
+        return grid - np.arange(grid.shape[1])
+
+    return pattern(("glm-image-relative", *shape), build)
 
 
 def _prefill(mask: np.ndarray, images: _Images) -> tuple[np.ndarray, np.ndarray]:
     """``[3, B, L]`` positions (padded slots 1) and ``[B]`` the position after each row's last real token.
 
-    The text (1-D) positions are built in ``positions[0]`` itself: each real slot advances by 1 (an
-    ``<image_end>`` by ``max(h, w) - t*h*w`` more, so that the image's tokens advance ``max(h, w)`` in all), the
-    first column starts at -1, and one running sum gives every position; the other axes are copies, the images
-    written on top."""
+    ``text`` ``[B, L]`` holds the 1-D positions: each real slot advances by 1 (the slot after an image, its
+    ``<image_end>``, by ``max(h, w) - t*h*w`` more, so that the image's tokens advance ``max(h, w)`` in all), the
+    first column starts at -1, and one running sum gives every position. An image whose tokens are consecutive
+    slots then holds ``origin + index`` there (``origin``: the text position of its first token, which follows
+    every earlier image's advance): its relative pattern is copied into a zeroed answer (one strided assignment per
+    grid shape, no numpy call per image), and one add lays the text positions over all three axes. An image with
+    padding inside is written on top, from the text position of its first token."""
     rows, width = mask.shape
-    positions = np.empty((3, rows, width), dtype=np.int64)
-    base = positions[0]
-    np.copyto(base, mask)
-    t, h, w = images.grid.T
-    base.reshape(-1)[images.end] += np.maximum(h, w) - images.tokens
+    text = np.empty((rows, width), dtype=np.int64)
+    np.copyto(text, mask)
+    if images.ends:
+        text.reshape(-1)[images.ends] += images.end_steps
     if width:
-        base[:, 0] -= 1
-    np.cumsum(base, axis=1, out=base)
-    after = base[:, -1] + 1 if width else np.zeros(rows, dtype=np.int64)  # padded slots never advance the sum
-    origins = base.reshape(-1)[images.start][None, :] + 1  # markers are real slots: their text position
+        text[:, 0] -= 1
+    np.cumsum(text, axis=1, out=text)
+    after = text[:, -1] + 1 if width else np.zeros(rows, dtype=np.int64)  # padded slots never advance the sum
     if not mask.all():
-        np.copyto(base, _FILL, where=~mask)
-    positions[1:] = base
-    if images.start.size:
-        flat, real = positions.reshape(3, -1), mask.reshape(-1)
-        place_blocks(
-            flat,
-            images.start + 1,
-            images.end - images.start - 1 == images.tokens,  # no padded slot inside the image
-            list(map(tuple, images.grid.tolist())),
-            lambda shape: grid_pattern(*shape),
-            origins,
-            lambda image: images.start[image] + 1 + np.flatnonzero(real[images.start[image] + 1 : images.end[image]]),
-        )
+        np.copyto(text, _FILL, where=~mask)
+    positions = np.zeros((3, rows, width), dtype=np.int64)
+    flat = positions.reshape(3, -1)
+    for shape, firsts in images.dense.items():
+        copy_blocks(flat, firsts, _relative_pattern(shape))
+    np.add(positions, text, out=positions)
+    real, text_flat = mask.reshape(-1), text.reshape(-1)
+    for start, end, shape in images.holed:
+        slots = start + 1 + np.flatnonzero(real[start + 1 : end])
+        flat[:, slots] = grid_pattern(*shape) + text_flat[slots[0]]  # the first token is the origin
     return positions, after
 
 
@@ -198,27 +212,26 @@ def _decode_pattern(generated: tuple[tuple[int, ...], ...]) -> np.ndarray:
     return pattern(("glm-image-decode", generated), build)
 
 
-def _decode(grids: _Grids, complete: np.ndarray, after: np.ndarray) -> np.ndarray | None:
+def _decode(grids: _Grids, complete: list[int], after: np.ndarray) -> np.ndarray | None:
     """``[R, 3, D]`` decode positions of the rows with grids, from each row's ``after`` (shorter rows repeat
     their last column); rows with the same generated grids share one pattern."""
     keyed: dict[tuple[tuple[int, ...], ...], int] = {}
     which, rows = [], []
-    for b, (first, count, done) in enumerate(
-        zip(grids.first.tolist(), grids.count.tolist(), complete.tolist(), strict=True)
-    ):
+    for b, (first, count, done) in enumerate(zip(grids.first, grids.count, complete, strict=True)):
         if count:
-            generated = tuple(map(tuple, grids.grids[first + min(done, count) : first + count]))
+            generated = grids.shapes[first + min(done, count) : first + count]
             which.append(keyed.setdefault(generated, len(keyed)))
             rows.append(b)
     if not rows:
         return None
+    starts = after if len(rows) == after.size else after[rows]
     patterns = [_decode_pattern(generated) for generated in keyed]
     if len(patterns) == 1:  # the usual batch: every row generates the same grids
-        same: np.ndarray = patterns[0] + after[rows][:, None, None]
+        same: np.ndarray = patterns[0] + starts[:, None, None]
         return same
     length = max(p.shape[1] for p in patterns)
     padded = np.stack([np.pad(p, ((0, 0), (0, length - p.shape[1])), mode="edge") for p in patterns])
-    decode: np.ndarray = padded[which] + after[rows][:, None, None]
+    decode: np.ndarray = padded[which] + starts[:, None, None]
     return decode
 
 
@@ -234,14 +247,14 @@ def glm_image_positions(
     """Prefill and decode positions of a GLM-Image batch (see the module docstring)."""
     ids = as_long_array(input_ids, "input_ids", ndim=2)
     rows, width = ids.shape
-    mask, lengths = mask_and_lengths(attention_mask, ids)
+    mask = real_mask(attention_mask, ids)
     grids = _grids(image_grid_thw, images_per_sample, rows)
-    images = _find_images(ids, mask, _real_upto(mask, lengths), grids, (image_start_token_id, image_end_token_id))
+    images = _find_images(ids, mask, grids, (image_start_token_id, image_end_token_id))
     positions, after = _prefill(mask, images)
     decode = _decode(grids, images.complete, after)
     return GlmImagePositions(
         torch.from_numpy(positions),
-        torch.zeros((rows, 1), dtype=torch.long),
+        torch.from_numpy(np.zeros((rows, 1), dtype=np.int64)),
         None if decode is None else torch.from_numpy(decode),
     )
 

@@ -32,6 +32,7 @@ from ropeserve.positions._common import (
     IntsLike,
     as_long_array,
     as_mask_array,
+    as_mask_only,
     check_element_limit,
     first_true,
     per_row_array,
@@ -466,12 +467,23 @@ def mask_and_lengths(attention_mask: IntsLike | None, types: np.ndarray) -> tupl
     if attention_mask is None:
         return np.ones(types.shape, dtype=bool), np.full(num_rows, width, dtype=np.int64)
     mask, row_lengths = as_mask_array(attention_mask, "attention_mask")
+    return _shaped_like(mask, types), row_lengths
+
+
+def real_mask(attention_mask: IntsLike | None, types: np.ndarray) -> np.ndarray:
+    """:func:`mask_and_lengths` without the lengths."""
+    if attention_mask is None:
+        return np.ones(types.shape, dtype=bool)
+    return _shaped_like(as_mask_only(attention_mask, "attention_mask"), types)
+
+
+def _shaped_like(mask: np.ndarray, types: np.ndarray) -> np.ndarray:
     if mask.shape != types.shape:
         raise InvalidInput(
             f"attention_mask has shape {tuple(mask.shape)} but the tokens have {tuple(types.shape)}",
             field="attention_mask",
         )
-    return mask, row_lengths
+    return mask
 
 
 def mrope_positions_from_tokens(

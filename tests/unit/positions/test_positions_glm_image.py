@@ -116,3 +116,20 @@ def test_glm_image_grid_whose_token_count_wraps_int64_is_invalid_input(grid: lis
     with pytest.raises(InvalidInput, match="needs 18446744073709551616") as raised:
         glm_image_positions(input_ids=ids, image_grid_thw=[grid])
     assert raised.value.field == "rows[0]"
+
+
+@pytest.mark.parametrize("hole", [False, True], ids=["consecutive", "padding-between"])
+def test_glm_image_image_starting_on_the_previous_end_marker_matches_transformers(hole: bool) -> None:
+    """The second ``<image_start>`` is the last token of the first image, so the second image's first token is the
+    first ``<image_end>``: its origin is the position after the first image (origin + max(h, w)), not the text
+    position after its start marker (which counted the first image's t*h*w tokens). Was off by t*h*w - max(h, w)."""
+    row = [TEXT, START, IMAGE, IMAGE, IMAGE, START, *([IMAGE] if hole else []), END, IMAGE, IMAGE, IMAGE, END, TEXT]
+    ids = torch.tensor([row])
+    mask = torch.ones_like(ids)
+    if hole:
+        mask[0, 6] = 0  # padding between the second start marker and the first end marker
+    grids = torch.tensor([[1, 2, 2], [1, 2, 2]])
+    expected, _, expected_decode = hf_glm_image(ids, grids, None, mask)
+    ours = glm_image_positions(input_ids=ids, image_grid_thw=grids, attention_mask=mask)
+    assert torch.equal(ours.position_ids, expected)
+    assert expected_decode is None or torch.equal(ours.decode_position_ids, expected_decode)

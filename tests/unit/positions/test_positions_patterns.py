@@ -10,7 +10,15 @@ import pytest
 import torch
 
 from ropeserve.positions import _patterns
-from ropeserve.positions._patterns import ENTRY_OVERHEAD_BYTES, PatternCache, add_blocks, grid_pattern, key_bytes
+from ropeserve.positions._patterns import (
+    ENTRY_OVERHEAD_BYTES,
+    PatternCache,
+    add_blocks,
+    copy_blocks,
+    grid_pattern,
+    key_bytes,
+    real_runs,
+)
 from ropeserve.positions.glm_image import glm_image_positions
 from ropeserve.positions.hunyuan_vl import hunyuan_vl_positions, hunyuan_vl_positions_from_segments
 from ropeserve.positions.minicpm_v import MiniCpmMarkers, minicpmv_positions
@@ -87,6 +95,47 @@ def test_add_blocks_writes_each_block_at_its_start_with_its_offset(size: int) ->
     for start, offset in zip(starts, offsets.T, strict=True):
         expected[:, start : start + size] = block + offset[:, None]
     assert np.array_equal(out, expected)
+
+
+@pytest.mark.parametrize("starts", [[0], [3, 11], [0, 5, 15]])
+def test_copy_blocks_writes_the_block_at_each_start_and_nothing_else(starts: list[int]) -> None:
+    out = np.full((3, 20), -1, dtype=np.int64)
+    block = np.arange(15, dtype=np.int64).reshape(3, 5)
+    copy_blocks(out, starts, block)
+    expected = np.full_like(out, -1)
+    for start in starts:
+        expected[:, start : start + 5] = block
+    assert np.array_equal(out, expected)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_real_runs_agrees_with_a_row_by_row_reading(seed: int) -> None:
+    """Left-padded, right-padded, holed, empty and full rows, alone and mixed (each fast path and the general
+    one): the first real slot of each row and whether its real slots are one run."""
+    rng = np.random.default_rng(seed)
+    width = 7
+    for _ in range(300):
+        rows = []
+        for _ in range(rng.integers(1, 5)):
+            kind = rng.integers(0, 5)
+            length = int(rng.integers(0, width + 1))
+            row = np.zeros(width, dtype=bool)
+            if kind == 0:
+                row[width - length :] = True  # left padding
+            elif kind == 1:
+                row[:length] = True  # right padding
+            elif kind == 2:
+                row[:] = rng.random(width) < 0.5  # holes, maybe
+            elif kind == 3:
+                row[:] = True
+            rows.append(row)
+        mask = np.stack(rows)
+        for lengths in (None, mask.sum(axis=1)):
+            first, one_run = real_runs(mask, lengths)
+            for b, row in enumerate(mask):
+                real = np.flatnonzero(row)
+                assert first[b] == (real[0] if real.size else 0)
+                assert one_run[b] == (real.size == 0 or real[-1] - real[0] + 1 == real.size)
 
 
 MARKERS = MiniCpmMarkers(slice_start=901, slice_end=902, image_start=903, image_end=904, newline=905)
