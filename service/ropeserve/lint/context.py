@@ -68,23 +68,31 @@ class LintContext:
     def requested(self) -> int | None:
         return self.intent.max_model_len
 
+    @cached_property
+    def _served(self) -> dict[str, int | None]:
+        """Per target engine, the length it will serve (``served``), computed once per lint run."""
+        return {name: length.served(self.requested) for name, length in self.lengths.items()}
+
     def served(self, engine: str) -> int | None:
         """The length ``engine`` will serve: the requested one, else the engine's default."""
-        length = self.lengths.get(engine)
-        return self.requested if length is None else length.served(self.requested)
+        return self._served.get(engine, self.requested)
 
-    @property
+    @cached_property
     def longest(self) -> int | None:
         """The longest length any target serves (None when nothing is known)."""
-        served = [n for n in (self.served(t.name) for t in self.intent.engines) if n]
-        return max(served, default=None)
+        return max((n for n in self._served.values() if n), default=None)
 
     def targets(self, *names: str) -> list[EngineTarget]:
         """The intent's targets among ``names`` (all targets when no name is given)."""
         return [t for t in self.intent.engines if not names or t.name in names]
 
+    @cached_property
+    def _target_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.intent.engines)
+
     def targeted(self, *names: str) -> list[str]:
-        return [t.name for t in self.targets(*names)]
+        """The names of ``targets(*names)``."""
+        return [name for name in self._target_names if not names or name in names]
 
     @property
     def pairing(self) -> str:

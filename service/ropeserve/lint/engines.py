@@ -215,13 +215,17 @@ class EngineLength:
     derived: int | None
     derived_from: str
     default: int | None
-    cache_rows: int | None
     check: str
     override_env: str | None = None
     notes: tuple[str, ...] = ()
     cache_rows_by_layer: Mapping[str, int] = field(default_factory=dict)
     window_cap: WindowCap | None = None
     """Set when the engine disables the sliding window and so caps ``derived`` at it (vLLM)."""
+
+    @property
+    def cache_rows(self) -> int | None:
+        """The binding cache size: the smallest over the RoPE layer types (None when the engine has no cache)."""
+        return min(self.cache_rows_by_layer.values(), default=None)
 
     def served(self, requested: int | None) -> int | None:
         return requested if requested is not None else self.default
@@ -282,11 +286,6 @@ def cache_rows_by_layer(view: ModelView, engine: str) -> dict[str, int]:
     return {name: count for name, count in rows.items() if count is not None}
 
 
-def cache_rows(view: ModelView, engine: str) -> int | None:
-    """The binding cache size: the smallest over the RoPE layer types (None when the engine has no cache)."""
-    return min(cache_rows_by_layer(view, engine).values(), default=None)
-
-
 def cache_rows_for(params: RopeParams, engine: str) -> int | None:
     """Cache rows vLLM/SGLang allocate for one layer type's parameters (None without a length)."""
     base = params.max_position_embeddings
@@ -318,7 +317,6 @@ def _vllm_length(
         derived=derived,
         derived_from=source,
         default=_vllm_default_length(view, derived),
-        cache_rows=cache_rows(view, "vllm"),
         check="refuse",
         override_env="VLLM_ALLOW_LONG_MAX_MODEL_LEN",
         cache_rows_by_layer=cache_rows_by_layer(view, "vllm"),
@@ -400,7 +398,6 @@ def _sglang_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None, 
         derived=derived,
         derived_from=source,
         default=derived,
-        cache_rows=cache_rows(view, "sglang"),
         check="refuse",
         override_env="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN",
         cache_rows_by_layer=cache_rows_by_layer(view, "sglang"),
@@ -413,18 +410,18 @@ def _tgi_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None, _: 
     notes = ["cos/sin grow with the longest sequence seen; no startup length check"]
     if key is None:
         notes.append("the launcher reads top-level keys only and found none (not verified)")
-        return EngineLength("tgi", None, "no top-level length key", None, None, "none", None, tuple(notes))
+        return EngineLength("tgi", None, "no top-level length key", None, "none", None, tuple(notes))
     derived, source = top[key], key
     limit = tokenizer_limit(tokenizer_config)
     if limit is not None and limit < derived:
         derived, source = limit, "tokenizer_config model_max_length"
-    return EngineLength("tgi", derived, source, derived, None, "none", None, tuple(notes))
+    return EngineLength("tgi", derived, source, derived, "none", None, tuple(notes))
 
 
 def _llama_cpp_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None, _: WindowCap | None) -> EngineLength:
     n_ctx_train = length_keys(view, ("max_position_embeddings",)).get("max_position_embeddings")
     notes = ("n_ctx_train = GGUF context_length, converted from max_position_embeddings",)
-    return EngineLength("llama.cpp", n_ctx_train, "max_position_embeddings", n_ctx_train, None, "cap", None, notes)
+    return EngineLength("llama.cpp", n_ctx_train, "max_position_embeddings", n_ctx_train, "cap", None, notes)
 
 
 def _transformers_length(
@@ -433,7 +430,7 @@ def _transformers_length(
     max_positions = length_keys(view, ("max_position_embeddings",)).get("max_position_embeddings")
     notes = ("cos/sin computed per forward in float32; no cache, no length check",)
     return EngineLength(
-        "transformers", max_positions, "max_position_embeddings", max_positions, None, "none", None, notes
+        "transformers", max_positions, "max_position_embeddings", max_positions, "none", None, notes
     )
 
 

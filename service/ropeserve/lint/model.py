@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ropeserve.config import (
@@ -70,14 +71,14 @@ class ModelView:
             filled=filled,
         )
 
-    @property
+    @cached_property
     def main(self) -> RopeParams | None:
         """Full-attention parameters (or the only RoPE layer type's)."""
         if not self.layers:
             return None
         return self.layers.get("full_attention") or next(iter(self.layers.values()))
 
-    @property
+    @cached_property
     def computable_main(self) -> RopeParams | None:
         """``main`` when its frequencies are defined: a known rope type with its required keys, within
         MAX_HEAD_DIM, passing the normaliser's strict validation."""
@@ -90,7 +91,7 @@ class ModelView:
             return None
         return main
 
-    @property
+    @cached_property
     def main_entry(self) -> RopeEntry | None:
         return next((e for e in self.entries if e.layer_type == "full_attention"), None) or (
             self.entries[0] if self.entries else None

@@ -18,7 +18,6 @@ from ropeserve.lint.engines import (
     VLLM_MAX_LEN_SOURCE,
     VLLM_WINDOW_KEY_SOURCE,
     WindowCap,
-    cache_rows,
     cache_rows_for,
     derive_length,
     length_keys,
@@ -317,7 +316,7 @@ def draft_shorter_than_target(ctx: LintContext) -> Iterator[Hit]:
     if ctx.draft is None or served is None or "vllm" not in ctx.targeted():
         return
     draft = derive_length(ctx.draft, "vllm")
-    rows = cache_rows(ctx.draft, "vllm")
+    rows = draft.cache_rows
     limit = min(n for n in (draft.derived, rows) if n is not None) if (draft.derived or rows) else None
     if limit is not None and limit < served:
         yield Hit(
