@@ -429,9 +429,7 @@ def _transformers_length(
 ) -> EngineLength:
     max_positions = length_keys(view, ("max_position_embeddings",)).get("max_position_embeddings")
     notes = ("cos/sin computed per forward in float32; no cache, no length check",)
-    return EngineLength(
-        "transformers", max_positions, "max_position_embeddings", max_positions, "none", None, notes
-    )
+    return EngineLength("transformers", max_positions, "max_position_embeddings", max_positions, "none", None, notes)
 
 
 LengthDeriver = Callable[[ModelView, Mapping[str, Any] | None, WindowCap | None], EngineLength]
