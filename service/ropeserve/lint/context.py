@@ -100,10 +100,10 @@ class LintContext:
 
     def hit(self, pointer: str, message: str, fix: str, engine: str | None = None) -> Hit:
         """A hit at ``pointer`` of the effective config; rope-override fields point into the intent."""
+        if self.intent.rope_override is None:
+            return Hit(pointer, message, fix, engine)
         override_root = pointers.join(self.model.text_pointer, "rope_parameters")
-        if self.intent.rope_override is not None and (
-            pointer == override_root or pointer.startswith(override_root + "/")
-        ):
+        if pointer == override_root or pointer.startswith(override_root + "/"):
             return Hit("/rope_override" + pointer[len(override_root) :], message, fix, engine, "intent")
         return Hit(pointer, message, fix, engine)
 

@@ -15,7 +15,7 @@ from ropeserve.config import RopeParams
 from ropeserve.config.jsonsafe import INT64_MAX
 from ropeserve.config.rope_types import effective_factor, finite_positive, lookup, lookup_for_engines, yarn
 from ropeserve.config.rope_types.base import LengthRule
-from ropeserve.config.validate import SLIDING_WINDOW, window_problems
+from ropeserve.config.validate import SLIDING_WINDOW
 from ropeserve.lint.intent import ENGINES, DeploymentIntent, EngineTarget
 from ropeserve.lint.model import ModelView
 from ropeserve.lint.versions import Version
@@ -180,7 +180,7 @@ released in 0.6.5, serves the full 8,192 (the XFORMERS backend kept the cap)."""
 def declared_window(view: ModelView) -> int | None:
     """The window vLLM reads (``ModelConfig.get_hf_config_sliding_window``): ``sliding_window`` unless
     ``use_sliding_window`` is false; the smallest of a per-layer list. None when absent or invalid (RS208)."""
-    if view.text.get("use_sliding_window") is False or any(window_problems(view.text)):
+    if view.text.get("use_sliding_window") is False or view.window_problems:
         return None
     value = view.text.get(SLIDING_WINDOW)
     values = [int(v) for v in (value if isinstance(value, list) else [value]) if v is not None]
@@ -267,10 +267,20 @@ def scaled_length(length: float, factor: float) -> int:
     return int(min(length * factor, LENGTH_CEILING))
 
 
+def length_value(view: ModelView, key: str) -> int | None:
+    """``key`` of the text section (class default included) as a length: a finite positive number, truncated."""
+    value = finite_positive(view.text_value(key))
+    return None if value is None else int(value)
+
+
 def length_keys(view: ModelView, keys: tuple[str, ...]) -> dict[str, int]:
     """The positive length keys of the text section that appear in ``keys`` (class defaults included)."""
-    found = {key: finite_positive(view.text_value(key)) for key in keys}
-    return {key: int(value) for key, value in found.items() if value is not None}
+    return {key: value for key in keys if (value := length_value(view, key)) is not None}
+
+
+def first_length_key(view: ModelView, keys: tuple[str, ...]) -> tuple[str, int] | None:
+    """The first of ``keys`` that ``length_keys`` would return, with its length (None when there is none)."""
+    return next(((key, value) for key in keys if (value := length_value(view, key)) is not None), None)
 
 
 def tokenizer_limit(tokenizer_config: Mapping[str, Any] | None) -> int | None:
@@ -380,9 +390,8 @@ def _sglang_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None, 
     )
     per_layer_type = len(view.layers) > 1
     factor = 1 if dropped or per_layer_type else written
-    found = length_keys(view, SGLANG_LENGTH_KEYS)
-    key = next(iter(found), None)
-    base, source = (found[key], key) if key else (ENGINE_DEFAULT_LENGTH, "no length key: SGLang assumes 2048")
+    first = first_length_key(view, SGLANG_LENGTH_KEYS)
+    base, source = (first[1], first[0]) if first else (ENGINE_DEFAULT_LENGTH, "no length key: SGLang assumes 2048")
     derived = scaled_length(base, factor)
     if factor != 1:
         source += f" x factor {factor:g}"
@@ -419,7 +428,7 @@ def _tgi_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None, _: 
 
 
 def _llama_cpp_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None, _: WindowCap | None) -> EngineLength:
-    n_ctx_train = length_keys(view, ("max_position_embeddings",)).get("max_position_embeddings")
+    n_ctx_train = length_value(view, "max_position_embeddings")
     notes = ("n_ctx_train = GGUF context_length, converted from max_position_embeddings",)
     return EngineLength("llama.cpp", n_ctx_train, "max_position_embeddings", n_ctx_train, "cap", None, notes)
 
@@ -427,7 +436,7 @@ def _llama_cpp_length(view: ModelView, tokenizer_config: Mapping[str, Any] | Non
 def _transformers_length(
     view: ModelView, tokenizer_config: Mapping[str, Any] | None, _: WindowCap | None
 ) -> EngineLength:
-    max_positions = length_keys(view, ("max_position_embeddings",)).get("max_position_embeddings")
+    max_positions = length_value(view, "max_position_embeddings")
     notes = ("cos/sin computed per forward in float32; no cache, no length check",)
     return EngineLength("transformers", max_positions, "max_position_embeddings", max_positions, "none", None, notes)
 

@@ -17,7 +17,8 @@ from ropeserve.config import (
     validate_params,
 )
 from ropeserve.config.normalize import RopeEntry, complete_text, rope_dicts, text_section
-from ropeserve.config.rope_types import lookup
+from ropeserve.config.rope_types import Problem, lookup
+from ropeserve.config.validate import problems, window_problems
 from ropeserve.errors import InvalidInput
 from ropeserve.lint import pointers
 
@@ -90,6 +91,26 @@ class ModelView:
         except InvalidInput:
             return None
         return main
+
+    @cached_property
+    def written_entries(self) -> tuple[RopeEntry, ...]:
+        """The rope entries that hold a dict (a NoPE layer's ``null`` left out)."""
+        return tuple(entry for entry in self.entries if entry.data is not None)
+
+    @cached_property
+    def mrope_layers(self) -> dict[str, RopeParams]:
+        """The RoPE layer types with M-RoPE sections."""
+        return {name: params for name, params in self.layers.items() if params.mrope_section is not None}
+
+    @cached_property
+    def layer_problems(self) -> dict[str, tuple[Problem, ...]]:
+        """What the service's validator (``validate.problems``) finds in each RoPE layer type's parameters."""
+        return {layer_type: tuple(problems(params)) for layer_type, params in self.layers.items()}
+
+    @cached_property
+    def window_problems(self) -> tuple[Problem, ...]:
+        """``validate.window_problems`` of the text section (an invalid ``sliding_window``)."""
+        return tuple(window_problems(self.text))
 
     @cached_property
     def main_entry(self) -> RopeEntry | None:

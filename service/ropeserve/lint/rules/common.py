@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import ItemsView
 
 from ropeserve.config import RopeParams
 from ropeserve.config.normalize import RopeEntry
@@ -35,12 +35,12 @@ def is_yarn(rope_type: str | None) -> bool:
     return definition_of(rope_type) is yarn.ROPE_TYPE
 
 
-def rope_layers(ctx: LintContext) -> Iterator[tuple[str, RopeParams]]:
-    yield from ctx.model.layers.items()
+def rope_layers(ctx: LintContext) -> ItemsView[str, RopeParams]:
+    return ctx.model.layers.items()
 
 
-def entries(ctx: LintContext) -> Iterator[RopeEntry]:
-    yield from (entry for entry in ctx.model.entries if entry.data is not None)
+def entries(ctx: LintContext) -> tuple[RopeEntry, ...]:
+    return ctx.model.written_entries
 
 
 def fmt(value: float | int | None) -> str:

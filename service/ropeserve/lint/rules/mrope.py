@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import ItemsView, Iterator
 
 from ropeserve.config import RopeParams
 from ropeserve.config.jsonsafe import INT64_MAX
@@ -11,7 +11,7 @@ from ropeserve.config.rope_types import finite_positive
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
-from ropeserve.lint.rules.common import entries, fmt, rope_layers, written_type
+from ropeserve.lint.rules.common import entries, fmt, written_type
 from ropeserve.lint.versions import Version
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -26,8 +26,8 @@ def interleaved_split(section: tuple[int, ...], half: int) -> tuple[int, int, in
     return half - height - width, height, width
 
 
-def _mrope_layers(ctx: LintContext) -> Iterator[tuple[str, RopeParams]]:
-    yield from ((name, p) for name, p in rope_layers(ctx) if p.mrope_section is not None)
+def _mrope_layers(ctx: LintContext) -> ItemsView[str, RopeParams]:
+    return ctx.model.mrope_layers.items()
 
 
 @rule(
@@ -152,7 +152,7 @@ def _video_extent(ctx: LintContext) -> float:
     catalogue="MRP-005",
 )
 def mrope_positions_exceed_cache(ctx: LintContext) -> Iterator[Hit]:
-    if next(_mrope_layers(ctx), None) is None:
+    if not ctx.model.mrope_layers:
         return
     extent = _video_extent(ctx)
     for engine in ctx.targeted("vllm", "sglang"):

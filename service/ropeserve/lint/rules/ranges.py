@@ -8,7 +8,6 @@ from ropeserve.config.rope_types import Problem
 from ropeserve.config.rope_types.base import ProblemKind
 from ropeserve.config.rope_types.yarn import BETA_FAST as YARN_BETA_FAST
 from ropeserve.config.rope_types.yarn import BETA_SLOW as YARN_BETA_SLOW
-from ropeserve.config.validate import problems, window_problems
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
@@ -156,8 +155,8 @@ def rotary_dim_invalid(ctx: LintContext) -> Iterator[Hit]:
 
 def validator_problems(ctx: LintContext, kind: ProblemKind) -> Iterator[tuple[str, Problem]]:
     """``(layer type, problem)`` for each problem of ``kind`` the service's validator finds in a RoPE layer."""
-    for layer_type, params in rope_layers(ctx):
-        yield from ((layer_type, problem) for problem in problems(params) if problem.kind == kind)
+    for layer_type, found in ctx.model.layer_problems.items():
+        yield from ((layer_type, problem) for problem in found if problem.kind == kind)
 
 
 @rule(
@@ -183,7 +182,7 @@ def parameter_out_of_domain(ctx: LintContext) -> Iterator[Hit]:
     reference="https://github.com/vllm-project/vllm/pull/17772",
 )
 def sliding_window_invalid(ctx: LintContext) -> Iterator[Hit]:
-    for problem in window_problems(ctx.model.text):
+    for problem in ctx.model.window_problems:
         yield ctx.hit(
             pointers.join(ctx.model.text_pointer, problem.key),
             problem.message,
