@@ -44,6 +44,11 @@ ROTARY_FRACTION_ALIASES = ("rotary_pct", "rope_pct")
 """Top-level spellings of ``partial_rotary_factor``: GPT-NeoX's ``rotary_pct``; ``rope_pct`` of the remote
 StableLMEpochConfig (stablelm-3b-4e1t, stablelm-2 first releases), which vLLM's stablelm model reads first."""
 EXPLICIT_ONLY_KEYS = frozenset({"rotary_dim", *EXPLICIT_TOP_LEVEL_KEYS})
+OWN_KEYS = {
+    name: tuple(sorted(rope_type.keys - set(FIELD_NAMES) - COMMON_KEYS - MROPE_KEYS))
+    for name, rope_type in ROPE_TYPES.items()
+}
+"""Rope type -> its numeric keys that no ``RopeParams`` field holds (kept in ``RopeParams.extras``), sorted."""
 """Keys an explicit ``rope`` object may hold besides its rope type's own (``schema.allowed_keys``)."""
 
 
@@ -474,12 +479,19 @@ class _Resolver:
             candidates.append(("default:max_position_embeddings", max_pos))
         return self.first(key, *candidates)
 
+    def entry_value(self, key: str) -> Any:
+        """``first(key, from_entry(key))`` without formatting the pointer of an absent key."""
+        value = self.entry.get(key)
+        if value is not None:
+            self.sources[key] = f"{self.entry_pointer}/{key}"
+        return value
+
     def number(self, key: str) -> float | None:
-        value = self.first(key, self.from_entry(key))
+        value = self.entry_value(key)
         return None if value is None else _as_float(value, key, self.sources)
 
     def factor_list(self, key: str) -> tuple[float, ...] | None:
-        value = self.first(key, self.from_entry(key))
+        value = self.entry_value(key)
         if value is None:
             return None
         if not isinstance(value, list | tuple) or not all(_is_number(v) for v in value):
@@ -487,7 +499,7 @@ class _Resolver:
         return tuple(float(v) for v in value)
 
     def mrope_section(self) -> tuple[int, ...] | None:
-        value = self.first("mrope_section", self.from_entry("mrope_section"))
+        value = self.entry_value("mrope_section")
         if value is None:
             if self.family.mrope_section is not None:
                 self.sources["mrope_section"] = "default:family"
@@ -507,7 +519,7 @@ class _Resolver:
         """The type's numeric keys that no ``RopeParams`` field holds, as ``(key, value)`` pairs."""
         if definition is None:
             return ()
-        own = sorted(definition.keys - set(FIELD_NAMES) - COMMON_KEYS - MROPE_KEYS)
+        own = OWN_KEYS[definition.name]
         return tuple((key, value) for key in own if (value := self.number(key)) is not None)
 
     def check_required(self, params: RopeParams, definition: RopeType) -> None:
