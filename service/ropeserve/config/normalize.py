@@ -494,9 +494,9 @@ class _Resolver:
         value = self.entry_value(key)
         if value is None:
             return None
-        if not isinstance(value, list | tuple) or not all(_is_number(v) for v in value):
+        if not isinstance(value, list | tuple) or not all(map(_is_number, value)):
             raise InvalidInput(f"{key} must be a list of numbers", field=self.sources[key])
-        return tuple(float(v) for v in value)
+        return tuple(map(float, value))
 
     def mrope_section(self) -> tuple[int, ...] | None:
         value = self.entry_value("mrope_section")

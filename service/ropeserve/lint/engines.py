@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ropeserve.config import RopeParams
@@ -63,11 +64,16 @@ class Support:
     since: str | None = None
     note: str = ""
 
+    @cached_property
+    def since_version(self) -> Version | None:
+        """``since`` parsed (once per matrix cell)."""
+        return Version.parse(self.since) if self.since else None
+
     def refuses(self, target: EngineTarget) -> str | None:
         """Why ``target`` cannot run this kind (None when it can, or when it is only unverified)."""
         if self.level == "N":
             return self.note or "not supported"
-        if self.since and target.spec.may_predate(Version.parse(self.since)):
+        if self.since_version is not None and target.spec.may_predate(self.since_version):
             return f"needs {target.name} >= {self.since}" + (f" ({self.note})" if self.note else "")
         return None
 

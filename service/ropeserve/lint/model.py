@@ -52,8 +52,7 @@ class ModelView:
         raw_text, text_pointer = text_section(document)
         model_type = raw_text.get("model_type") or document.get("model_type")
         family = family_of(model_type if isinstance(model_type, str) else None)
-        document, filled = _as_config_class(document, raw_text, text_pointer, family)
-        text, _ = text_section(document)
+        document, text, filled = _as_config_class(document, raw_text, text_pointer, family)
         try:
             normalized, error = normalize_config(document, validate=False), None
         except InvalidInput as failure:
@@ -163,16 +162,17 @@ def check_computable(params: RopeParams, sources: Mapping[str, str] | None = Non
 
 def _as_config_class(
     document: Mapping[str, Any], text: Mapping[str, Any], text_pointer: str, family: ModelFamily
-) -> tuple[Mapping[str, Any], dict[str, str]]:
+) -> tuple[Mapping[str, Any], Mapping[str, Any], dict[str, str]]:
     """``document`` with its text section completed as the config class completes it (``complete_text``, the
     normaliser's own step), so the engine rules read the same keys; ``document`` itself when nothing is missing.
-    Returns it and the pointers filled -> their real source."""
+    Returns it, its text section and the pointers filled -> their real source."""
     section, filled = complete_text(text, text_pointer, family)
     if not filled:
-        return document, filled
+        return document, text, filled
     completed = copy.deepcopy(dict(document))
-    pointers.resolve(completed, text_pointer).update(section)
-    return completed, filled
+    completed_text = pointers.resolve(completed, text_pointer)
+    completed_text.update(section)
+    return completed, completed_text, filled
 
 
 def _refiled(error: InvalidInput, filled: Mapping[str, str]) -> InvalidInput:

@@ -192,11 +192,12 @@ def _dropped_scaling(ctx: LintContext, pointer: str, kind: str, engine: str, not
     )
 
 
-def _present(entry: RopeEntry, key: str, engine: str, ctx: LintContext) -> bool:
-    if entry.has(key):
-        return True
-    folded = engine in ("vllm", "sglang") and key in TOP_LEVEL_FOLDED
-    return folded and ctx.model.text.get(key) is not None
+def _present_keys(entry: RopeEntry, engine: str, ctx: LintContext) -> set[str]:
+    """The keys ``engine`` finds in the rope dict: its own, plus the top-level ones vLLM and SGLang fold in."""
+    present = set(entry.data or ())
+    if engine in ("vllm", "sglang"):
+        present.update(key for key in TOP_LEVEL_FOLDED if ctx.model.text.get(key) is not None)
+    return present
 
 
 @rule(
@@ -212,8 +213,12 @@ def missing_required_key(ctx: LintContext) -> Iterator[Hit]:
     for entry in entries(ctx):
         rope_type = canonical_type(entry)
         for target in ctx.targets(*REQUIRED_KEYS):
-            for alternatives in REQUIRED_KEYS[target.name].get(rope_type or "", ()):
-                if any(_present(entry, key, target.name, ctx) for key in alternatives):
+            requirements = REQUIRED_KEYS[target.name].get(rope_type or "", ())
+            if not requirements:
+                continue
+            present = _present_keys(entry, target.name, ctx)
+            for alternatives in requirements:
+                if not present.isdisjoint(alternatives):
                     continue
                 wanted = " or ".join(alternatives)
                 yield ctx.hit(
