@@ -131,23 +131,32 @@ _IN_RANGE_LEAVES = frozenset({str, float, bool, type(None)})
 
 
 def _numbers_in_range(value: Any) -> bool:  # noqa: ANN401 - any parsed JSON
-    """Whether no node of ``value`` has a ``_number_problem``: the walk of ``_any_node``, with plain ``int``
-    compared inline and the leaves of ``_IN_RANGE_LEAVES`` skipped (a config's walk in a few microseconds)."""
-    if _number_problem(value, 0) is not None:
-        return False
-    stack: list[tuple[Any, int]] = [(value, 0)] if isinstance(value, Mapping | list | tuple) else []
+    """Whether no node of ``value`` has a ``_number_problem``: the walk of ``_any_node``, with the parsed-JSON
+    types (``dict``, ``list``, ``int`` and the leaves of ``_IN_RANGE_LEAVES``) told apart by exact type, without a
+    call per node (a config's walk in a few microseconds)."""
+    stack: list[tuple[Iterable[Any], int]] = [((value,), 0)]
     while stack:
-        node, depth = stack.pop()
-        depth += 1
-        for child in node.values() if isinstance(node, Mapping) else node:
+        children, depth = stack.pop()
+        for child in children:
             kind = type(child)
             if kind in _IN_RANGE_LEAVES or (kind is int and -FLOAT_MAX <= child <= FLOAT_MAX):
                 continue
-            if _number_problem(child, depth) is not None:
+            if kind is dict and depth < MAX_JSON_DEPTH:
+                stack.append((child.values(), depth + 1))
+            elif kind is list and depth < MAX_JSON_DEPTH:
+                stack.append((child, depth + 1))
+            elif _number_problem(child, depth) is not None:
                 return False
-            if isinstance(child, Mapping | list | tuple):
-                stack.append((child, depth))
+            elif isinstance(child, Mapping):
+                stack.append((child.values(), depth + 1))
+            elif isinstance(child, list | tuple):
+                stack.append((child, depth + 1))
     return True
+
+
+def is_json_object(value: Any) -> bool:  # noqa: ANN401 - any parsed JSON
+    """``isinstance(value, Mapping)``, answered for the parsed ``dict`` and for ``None`` without the ABC check."""
+    return type(value) is dict or (value is not None and isinstance(value, Mapping))
 
 
 def check_json_numbers(value: Any, pointer: str = "") -> None:  # noqa: ANN401 - any parsed JSON

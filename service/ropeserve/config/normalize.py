@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ropeserve.config.families import ModelFamily, Pairing, attribute_map_of, family_of
-from ropeserve.config.jsonsafe import INT64_MAX, check_json_numbers
+from ropeserve.config.jsonsafe import INT64_MAX, check_json_numbers, is_json_object
 from ropeserve.config.params import FIELD_NAMES, RopeParams
 from ropeserve.config.rope_types import ALIASES, ROPE_TYPES, RopeType, lookup
 from ropeserve.config.schema import COMMON_KEYS, KNOWN_KEYS, MROPE_KEYS, allowed_keys
@@ -241,8 +241,8 @@ def text_section(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
     for path in TEXT_CONFIG_PATHS:
         node: Any = config
         for key in path:
-            node = node.get(key) if isinstance(node, Mapping) else None
-        if isinstance(node, Mapping):
+            node = node.get(key) if is_json_object(node) else None
+        if is_json_object(node):
             return node, "/" + "/".join(path)
     return config, ""
 

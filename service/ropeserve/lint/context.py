@@ -64,7 +64,7 @@ class LintContext:
             dtype_source=dtype_source,
         )
 
-    @property
+    @cached_property
     def requested(self) -> int | None:
         return self.intent.max_model_len
 

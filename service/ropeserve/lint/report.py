@@ -63,12 +63,12 @@ class LintReport:
         return Counter((f.rule.id, f.severity.label) for f in self.findings)
 
     def summary(self) -> dict[str, Any]:
-        by_severity = Counter(f.severity for f in self.findings)
-        by_rule = Counter(f.rule.id for f in self.findings)
-        return {
-            **{s.label: by_severity[s] for s in SEVERITIES_DESCENDING},
-            "by_rule": dict(sorted(by_rule.items())),
-        }
+        by_severity = dict.fromkeys(SEVERITIES_DESCENDING, 0)
+        by_rule: dict[str, int] = {}
+        for finding in self.findings:
+            by_severity[finding.severity] += 1
+            by_rule[finding.rule.id] = by_rule.get(finding.rule.id, 0) + 1
+        return {**{s.label: count for s, count in by_severity.items()}, "by_rule": dict(sorted(by_rule.items()))}
 
     def as_dict(self) -> dict[str, Any]:
         return {

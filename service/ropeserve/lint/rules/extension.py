@@ -9,7 +9,7 @@ from ropeserve.config.rope_types.yarn import BETA_SLOW as YARN_BETA_SLOW
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
-from ropeserve.lint.rules.common import canonical_type, entries, fmt, is_yarn, rope_layers
+from ropeserve.lint.rules.common import canonical_type, fmt, is_yarn
 
 WARNING, INFO = Severity.WARNING, Severity.INFO
 TRAINED_SCALING = frozenset({"llama3", "yarn", "longrope"})
@@ -63,7 +63,7 @@ def longrope_switching(ctx: LintContext) -> Iterator[Hit]:
     catalogue="EXT-002",
 )
 def dynamic_ntk_semantics(ctx: LintContext) -> Iterator[Hit]:
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         if params.rope_type == "dynamic":
             behaviour = "; ".join(f"{engine} {DYNAMIC_SEMANTICS[engine]}" for engine in ctx.targeted())
             yield ctx.hit(
@@ -83,7 +83,7 @@ def dynamic_ntk_semantics(ctx: LintContext) -> Iterator[Hit]:
     catalogue="EXT-003",
 )
 def yarn_truncate_ignored(ctx: LintContext) -> Iterator[Hit]:
-    for entry in entries(ctx):
+    for entry in ctx.model.written_entries:
         if not is_yarn(canonical_type(entry)) or entry.get("truncate", True) is not False:
             continue
         for engine in ctx.targeted("tgi", "llama.cpp"):
@@ -108,7 +108,7 @@ def yarn_truncate_ignored(ctx: LintContext) -> Iterator[Hit]:
 def yarn_mscale_generic_path(ctx: LintContext) -> Iterator[Hit]:
     if (ctx.model.model_type or "").startswith("deepseek"):
         return
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         if params.rope_type == "yarn" and (params.mscale or params.mscale_all_dim):
             key = "mscale_all_dim" if params.mscale_all_dim else "mscale"
             yield ctx.hit(
@@ -191,7 +191,7 @@ def _brief(value: object) -> str:
 def tgi_yarn_fixed_betas(ctx: LintContext) -> Iterator[Hit]:
     if "tgi" not in ctx.targeted():
         return
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         if not is_yarn(params.rope_type):
             continue
         for key, fixed in (("beta_fast", YARN_BETA_FAST), ("beta_slow", YARN_BETA_SLOW)):
@@ -216,7 +216,7 @@ def tgi_yarn_fixed_betas(ctx: LintContext) -> Iterator[Hit]:
 def llama_cpp_llama3_original(ctx: LintContext) -> Iterator[Hit]:
     if "llama.cpp" not in ctx.targeted():
         return
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         original = params.original_max_position_embeddings
         top_level = ctx.model.text.get("original_max_position_embeddings")
         if params.rope_type == "llama3" and original != LLAMA_CPP_LLAMA3_ORIGINAL and top_level != original:
@@ -240,7 +240,7 @@ def llama_cpp_llama3_original(ctx: LintContext) -> Iterator[Hit]:
 def tgi_linear_static(ctx: LintContext) -> Iterator[Hit]:
     if "tgi" not in ctx.targeted():
         return
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         if params.rope_type == "linear" and (params.factor or 1) != 1:
             yield ctx.hit(
                 ctx.model.pointer(layer_type, "factor"),

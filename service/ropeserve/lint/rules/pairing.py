@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
-from ropeserve.lint.rules.common import rope_layers
 
 ERROR, WARNING = Severity.ERROR, Severity.WARNING
 LLAMA_DEFAULT_ROPE_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
@@ -49,7 +48,7 @@ def pairing_mismatch(ctx: LintContext) -> Iterator[Hit]:
 def partial_rotary_ignored(ctx: LintContext) -> Iterator[Hit]:
     if ctx.model.model_type not in LLAMA_DEFAULT_ROPE_TYPES or "transformers" not in ctx.targeted():
         return
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         if params.rope_type == "default" and params.partial_rotary_factor < 1:
             yield ctx.hit(
                 ctx.model.pointer(layer_type, "partial_rotary_factor"),

@@ -12,7 +12,7 @@ from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
 from ropeserve.lint.model import MAX_HEAD_DIM
-from ropeserve.lint.rules.common import definition_of, is_yarn, rope_layers
+from ropeserve.lint.rules.common import definition_of, is_yarn
 
 ERROR, WARNING = Severity.ERROR, Severity.WARNING
 
@@ -27,7 +27,7 @@ ERROR, WARNING = Severity.ERROR, Severity.WARNING
     catalogue="RNG-001",
 )
 def factor_below_one(ctx: LintContext) -> Iterator[Hit]:
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         definition = definition_of(params.rope_type)
         if definition is not None and definition.scales and params.factor is not None and 0 < params.factor < 1:
             yield ctx.hit(
@@ -47,7 +47,7 @@ def factor_below_one(ctx: LintContext) -> Iterator[Hit]:
     catalogue="RNG-002",
 )
 def yarn_beta_order(ctx: LintContext) -> Iterator[Hit]:
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         if not is_yarn(params.rope_type):
             continue
         for key, default in (("beta_fast", YARN_BETA_FAST), ("beta_slow", YARN_BETA_SLOW)):
@@ -94,7 +94,7 @@ def llama3_frequency_factors(ctx: LintContext) -> Iterator[Hit]:
     catalogue="RNG-003",
 )
 def llama3_original_length(ctx: LintContext) -> Iterator[Hit]:
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         original, limit = params.original_max_position_embeddings, params.max_position_embeddings
         if params.rope_type == "llama3" and original and limit and original >= limit:
             yield ctx.hit(
@@ -133,7 +133,7 @@ def longrope_factor_length(ctx: LintContext) -> Iterator[Hit]:
     catalogue="RNG-005",
 )
 def rotary_dim_invalid(ctx: LintContext) -> Iterator[Hit]:
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         factor = params.partial_rotary_factor
         if not 0 < factor <= 1:
             key, problem = "partial_rotary_factor", f"partial_rotary_factor {factor:g} is outside (0, 1]"
