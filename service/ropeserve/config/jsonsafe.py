@@ -21,7 +21,7 @@ import math
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from ropeserve.errors import InvalidInput, ServiceError
 
@@ -154,7 +154,7 @@ def _numbers_in_range(value: Any) -> bool:  # noqa: ANN401 - any parsed JSON
     return True
 
 
-def is_json_object(value: Any) -> bool:  # noqa: ANN401 - any parsed JSON
+def is_json_object(value: Any) -> TypeGuard[Mapping[str, Any]]:  # noqa: ANN401 - any parsed JSON
     """``isinstance(value, Mapping)``, answered for the parsed ``dict`` and for ``None`` without the ABC check."""
     return type(value) is dict or (value is not None and isinstance(value, Mapping))
 

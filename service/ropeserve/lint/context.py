@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 from ropeserve.lint import pointers
 from ropeserve.lint.engines import EngineLength, derive_length, vllm_window_cap
 from ropeserve.lint.findings import Hit
 from ropeserve.lint.intent import DTYPE_ALIASES, DeploymentIntent, EngineTarget
+from ropeserve.lint.lazy import lazy
 from ropeserve.lint.model import ModelView
 from ropeserve.lint.numerics import TableError, table_error
 
@@ -64,11 +64,11 @@ class LintContext:
             dtype_source=dtype_source,
         )
 
-    @cached_property
+    @lazy
     def requested(self) -> int | None:
         return self.intent.max_model_len
 
-    @cached_property
+    @lazy
     def _served(self) -> dict[str, int | None]:
         """Per target engine, the length it will serve (``served``), computed once per lint run."""
         return {name: length.served(self.requested) for name, length in self.lengths.items()}
@@ -77,7 +77,7 @@ class LintContext:
         """The length ``engine`` will serve: the requested one, else the engine's default."""
         return self._served.get(engine, self.requested)
 
-    @cached_property
+    @lazy
     def longest(self) -> int | None:
         """The longest length any target serves (None when nothing is known)."""
         return max((n for n in self._served.values() if n), default=None)
@@ -86,7 +86,7 @@ class LintContext:
         """The intent's targets among ``names`` (all targets when no name is given)."""
         return [t for t in self.intent.engines if not names or t.name in names]
 
-    @cached_property
+    @lazy
     def _target_names(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.intent.engines)
 
@@ -113,7 +113,7 @@ class LintContext:
     def table_dtype(self, engine: str) -> str:
         return "float32" if engine in FLOAT32_TABLE_ENGINES else self.dtype
 
-    @cached_property
+    @lazy
     def numerics(self) -> list[NumericsRow]:
         """cos/sin error per target at the last position it serves (empty when the frequencies are undefined)."""
         main = self.model.computable_main
@@ -130,7 +130,7 @@ class LintContext:
             rows.append(NumericsRow(target.name, cache[key]))
         return rows
 
-    @cached_property
+    @lazy
     def float32_reference(self) -> TableError | None:
         """The error of float32 phases and float32 tables at the longest served position."""
         main, longest = self.model.computable_main, self.longest

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 from ropeserve.config import RopeParams
@@ -18,6 +17,7 @@ from ropeserve.config.rope_types import effective_factor, finite_positive, looku
 from ropeserve.config.rope_types.base import LengthRule
 from ropeserve.config.validate import SLIDING_WINDOW
 from ropeserve.lint.intent import ENGINES, DeploymentIntent, EngineTarget
+from ropeserve.lint.lazy import lazy
 from ropeserve.lint.model import ModelView
 from ropeserve.lint.versions import Version
 
@@ -64,7 +64,7 @@ class Support:
     since: str | None = None
     note: str = ""
 
-    @cached_property
+    @lazy
     def since_version(self) -> Version | None:
         """``since`` parsed (once per matrix cell)."""
         return Version.parse(self.since) if self.since else None
@@ -275,6 +275,8 @@ def scaled_length(length: float, factor: float) -> int:
 
 def length_value(view: ModelView, key: str) -> int | None:
     """``key`` of the text section (class default included) as a length: a finite positive number, truncated."""
+    if key not in view.text and key not in view.family.class_defaults:
+        return None  # most length keys are absent: answered without the calls below
     value = finite_positive(view.text_value(key))
     return None if value is None else int(value)
 

@@ -137,11 +137,10 @@ class DeploymentIntent:
         if not isinstance(data, Mapping):
             raise InvalidInput("intent must be a JSON object", field=pointer)
         check_json_numbers(data, pointer)
-        known = {f.name for f in fields(cls) if f.name != "engines_asked"} | set(LENGTH_KEYS)
-        unknown = sorted(set(data) - known)
+        unknown = sorted(set(data) - INTENT_KEYS)
         if unknown:
             raise InvalidInput(
-                f"unknown intent keys {unknown}; known: {sorted(known)}", field=f"{pointer}/{unknown[0]}"
+                f"unknown intent keys {unknown}; known: {sorted(INTENT_KEYS)}", field=f"{pointer}/{unknown[0]}"
             )
         return cls(
             engines=_engines(data.get("engines"), f"{pointer}/engines"),
@@ -178,8 +177,12 @@ class DeploymentIntent:
             "rope_override": dict(self.rope_override) if self.rope_override is not None else None,
             "video_fps": self.video_fps,
             "max_video_seconds": self.max_video_seconds,
-            "positions": {f.name: getattr(self.positions, f.name) for f in fields(PositionPlan)},
+            "positions": {name: getattr(self.positions, name) for name in PositionPlan.CHOICES},
         }
+
+
+INTENT_KEYS = frozenset(f.name for f in fields(DeploymentIntent) if f.name != "engines_asked") | set(LENGTH_KEYS)
+"""The keys an intent object may hold."""
 
 
 def normalize_dtype(value: str, field: str = "dtype") -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 from ropeserve.config import (
@@ -21,6 +20,7 @@ from ropeserve.config.rope_types import Problem, lookup
 from ropeserve.config.validate import problems, window_problems
 from ropeserve.errors import InvalidInput
 from ropeserve.lint import pointers
+from ropeserve.lint.lazy import lazy
 
 TEXT_LEVEL_KEYS = frozenset({"max_position_embeddings", "head_dim", "hidden_size", "num_attention_heads"})
 MAX_HEAD_DIM = 4096
@@ -71,14 +71,14 @@ class ModelView:
             filled=filled,
         )
 
-    @cached_property
+    @lazy
     def main(self) -> RopeParams | None:
         """Full-attention parameters (or the only RoPE layer type's)."""
         if not self.layers:
             return None
         return self.layers.get("full_attention") or next(iter(self.layers.values()))
 
-    @cached_property
+    @lazy
     def computable_main(self) -> RopeParams | None:
         """``main`` when its frequencies are defined: a known rope type with its required keys, within
         MAX_HEAD_DIM, passing the normaliser's strict validation."""
@@ -91,27 +91,27 @@ class ModelView:
             return None
         return main
 
-    @cached_property
+    @lazy
     def written_entries(self) -> tuple[RopeEntry, ...]:
         """The rope entries that hold a dict (a NoPE layer's ``null`` left out)."""
         return tuple(entry for entry in self.entries if entry.data is not None)
 
-    @cached_property
+    @lazy
     def mrope_layers(self) -> dict[str, RopeParams]:
         """The RoPE layer types with M-RoPE sections."""
         return {name: params for name, params in self.layers.items() if params.mrope_section is not None}
 
-    @cached_property
+    @lazy
     def layer_problems(self) -> dict[str, tuple[Problem, ...]]:
         """What the service's validator (``validate.problems``) finds in each RoPE layer type's parameters."""
         return {layer_type: tuple(problems(params)) for layer_type, params in self.layers.items()}
 
-    @cached_property
+    @lazy
     def window_problems(self) -> tuple[Problem, ...]:
         """``validate.window_problems`` of the text section (an invalid ``sliding_window``)."""
         return tuple(window_problems(self.text))
 
-    @cached_property
+    @lazy
     def main_entry(self) -> RopeEntry | None:
         return next((e for e in self.entries if e.layer_type == "full_attention"), None) or (
             self.entries[0] if self.entries else None
