@@ -87,12 +87,13 @@ class LintContext:
         return [t for t in self.intent.engines if not names or t.name in names]
 
     @lazy
-    def _target_names(self) -> tuple[str, ...]:
+    def target_names(self) -> tuple[str, ...]:
+        """The names of every target."""
         return tuple(t.name for t in self.intent.engines)
 
     def targeted(self, *names: str) -> list[str]:
         """The names of ``targets(*names)``."""
-        return [name for name in self._target_names if not names or name in names]
+        return [name for name in self.target_names if not names or name in names]
 
     @property
     def pairing(self) -> str:

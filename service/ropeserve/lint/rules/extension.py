@@ -45,7 +45,7 @@ def longrope_switching(ctx: LintContext) -> Iterator[Hit]:
     original = main.original_max_position_embeddings if main is not None else None
     if main is None or main.rope_type != "longrope" or not original or (ctx.longest or 0) <= original:
         return
-    behaviour = "; ".join(f"{engine} {LONGROPE_SWITCH[engine]}" for engine in ctx.targeted())
+    behaviour = "; ".join(f"{engine} {LONGROPE_SWITCH[engine]}" for engine in ctx.target_names)
     yield ctx.hit(
         ctx.model.pointer("full_attention", "long_factor"),
         f"serving {fmt(ctx.longest)} > original {fmt(original)} tokens: {behaviour}",
@@ -65,7 +65,7 @@ def longrope_switching(ctx: LintContext) -> Iterator[Hit]:
 def dynamic_ntk_semantics(ctx: LintContext) -> Iterator[Hit]:
     for layer_type, params in ctx.model.layers.items():
         if params.rope_type == "dynamic":
-            behaviour = "; ".join(f"{engine} {DYNAMIC_SEMANTICS[engine]}" for engine in ctx.targeted())
+            behaviour = "; ".join(f"{engine} {DYNAMIC_SEMANTICS[engine]}" for engine in ctx.target_names)
             yield ctx.hit(
                 ctx.model.pointer(layer_type, "rope_type"),
                 f"dynamic NTK: {behaviour}",
@@ -189,7 +189,7 @@ def _brief(value: object) -> str:
     reference=f"{NOTE} §1.7, §6 footnote 5",
 )
 def tgi_yarn_fixed_betas(ctx: LintContext) -> Iterator[Hit]:
-    if "tgi" not in ctx.targeted():
+    if "tgi" not in ctx.target_names:
         return
     for layer_type, params in ctx.model.layers.items():
         if not is_yarn(params.rope_type):
@@ -214,7 +214,7 @@ def tgi_yarn_fixed_betas(ctx: LintContext) -> Iterator[Hit]:
     reference=f"{NOTE} §3, §6 footnote 9",
 )
 def llama_cpp_llama3_original(ctx: LintContext) -> Iterator[Hit]:
-    if "llama.cpp" not in ctx.targeted():
+    if "llama.cpp" not in ctx.target_names:
         return
     for layer_type, params in ctx.model.layers.items():
         original = params.original_max_position_embeddings
@@ -238,7 +238,7 @@ def llama_cpp_llama3_original(ctx: LintContext) -> Iterator[Hit]:
     reference="https://github.com/IBM/text-generation-inference/pull/61",
 )
 def tgi_linear_static(ctx: LintContext) -> Iterator[Hit]:
-    if "tgi" not in ctx.targeted():
+    if "tgi" not in ctx.target_names:
         return
     for layer_type, params in ctx.model.layers.items():
         if params.rope_type == "linear" and (params.factor or 1) != 1:

@@ -315,7 +315,7 @@ def no_length_key(ctx: LintContext) -> Iterator[Hit]:
 )
 def draft_shorter_than_target(ctx: LintContext) -> Iterator[Hit]:
     served = ctx.served("vllm")
-    if ctx.draft is None or served is None or "vllm" not in ctx.targeted():
+    if ctx.draft is None or served is None or "vllm" not in ctx.target_names:
         return
     draft = derive_length(ctx.draft, "vllm")
     rows = draft.cache_rows

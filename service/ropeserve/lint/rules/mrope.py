@@ -107,7 +107,7 @@ def mrope_layout_family_mismatch(ctx: LintContext) -> Iterator[Hit]:
 )
 def mrope_gptj_on_vllm(ctx: LintContext) -> Iterator[Hit]:
     pairing = ctx.intent.pairing or ctx.pairing
-    if pairing != "gptj" or "vllm" not in ctx.targeted():
+    if pairing != "gptj" or "vllm" not in ctx.target_names:
         return
     for layer_type, _ in ctx.model.mrope_layers.items():
         yield ctx.hit(
@@ -220,7 +220,7 @@ def legacy_mrope_type(ctx: LintContext) -> Iterator[Hit]:
     catalogue="MRP-008",
 )
 def llama_cpp_mrope(ctx: LintContext) -> Iterator[Hit]:
-    if "llama.cpp" not in ctx.targeted():
+    if "llama.cpp" not in ctx.target_names:
         return
     for layer_type, params in ctx.model.mrope_layers.items():
         kind = "IMROPE" if params.mrope_layout == "interleaved" else "MROPE"

@@ -46,7 +46,7 @@ def pairing_mismatch(ctx: LintContext) -> Iterator[Hit]:
     catalogue="LAY-002",
 )
 def partial_rotary_ignored(ctx: LintContext) -> Iterator[Hit]:
-    if ctx.model.model_type not in LLAMA_DEFAULT_ROPE_TYPES or "transformers" not in ctx.targeted():
+    if ctx.model.model_type not in LLAMA_DEFAULT_ROPE_TYPES or "transformers" not in ctx.target_names:
         return
     for layer_type, params in ctx.model.layers.items():
         if params.rope_type == "default" and params.partial_rotary_factor < 1:
@@ -71,7 +71,7 @@ def partial_rotary_ignored(ctx: LintContext) -> Iterator[Hit]:
 def longrope_gptj_on_vllm(ctx: LintContext) -> Iterator[Hit]:
     pairing = ctx.intent.pairing or ctx.pairing
     main = ctx.model.main
-    if main is None or main.rope_type != "longrope" or pairing != "gptj" or "vllm" not in ctx.targeted():
+    if main is None or main.rope_type != "longrope" or pairing != "gptj" or "vllm" not in ctx.target_names:
         return
     yield ctx.hit(
         pointers.join(ctx.model.text_pointer, "model_type"),

@@ -403,7 +403,7 @@ def engine_support_unverified(ctx: LintContext) -> Iterator[Hit]:
     seen = set()
     for layer_type, params in ctx.model.layers.items():
         for kind in rope_kinds(params):
-            for engine in ctx.targeted():
+            for engine in ctx.target_names:
                 if support(kind, engine).level == "?" and (kind, engine) not in seen:
                     seen.add((kind, engine))
                     yield ctx.hit(
