@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from ropeserve.config.families import ModelFamily, Pairing, attribute_map_of, family_of
@@ -291,7 +291,8 @@ def rope_dicts(text: Mapping[str, Any], pointer: str, *, strict: bool = True) ->
             if strict:
                 raise InvalidInput(f"{key} must be an object", field=container)
             continue
-        nested = [label for label in value if label in layer_type_labels(text)]
+        labels = layer_type_labels(text)
+        nested = [label for label in value if label in labels]
         if not nested:
             return RopeDicts(container, (RopeEntry("full_attention", container, value),), nested=False)
         return RopeDicts(container, tuple(_layer_entry(value, container, label, strict) for label in nested), True)
@@ -494,7 +495,7 @@ class _Resolver:
         value = self.entry_value(key)
         if value is None:
             return None
-        if not isinstance(value, list | tuple) or not all(map(_is_number, value)):
+        if not isinstance(value, list | tuple) or not _all_numbers(value):
             raise InvalidInput(f"{key} must be a list of numbers", field=self.sources[key])
         return tuple(map(float, value))
 
@@ -543,13 +544,21 @@ def _with_mrope_layout(params: RopeParams, entry: Mapping[str, Any], family: Mod
 
 
 def _replace(params: RopeParams, **changes: Any) -> RopeParams:
-    values = {f.name: getattr(params, f.name) for f in fields(params)}
+    values = {name: getattr(params, name) for name in FIELD_NAMES}
     values.update(changes)
     return RopeParams(**values)
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _all_numbers(values: list[Any] | tuple[Any, ...]) -> bool:
+    """Whether every value ``_is_number``: lists of the exact ``int``/``float`` types told by one C-level pass."""
+    return set(map(type, values)) <= _NUMBER_TYPES or all(map(_is_number, values))
+
+
+_NUMBER_TYPES = frozenset({int, float})
 
 
 def _as_float(value: Any, key: str, sources: Mapping[str, str]) -> float:
