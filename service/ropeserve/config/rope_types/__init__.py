@@ -45,13 +45,11 @@ refuse them, the linter computes their spectrum with that type."""
 
 
 _BY_NAME: dict[str | None, RopeType | None] = {
-    **ROPE_TYPES,
-    **{alias: ROPE_TYPES.get(name) for alias, name in ALIASES.items()},
+    name: ROPE_TYPES.get(ALIASES.get(name, name)) for name in (*ROPE_TYPES, *ALIASES)
 }
 """Every name ``lookup`` resolves, with its type (one dict read per call; the rules ask often)."""
 _FOR_ENGINES: dict[str | None, RopeType | None] = {
-    **_BY_NAME,
-    **{alias: _BY_NAME.get(name) for alias, name in ENGINE_ALIASES.items()},
+    name: _BY_NAME.get(ENGINE_ALIASES.get(name, name)) for name in (*_BY_NAME, *ENGINE_ALIASES)
 }
 """Every name ``lookup_for_engines`` resolves, with its type."""
 
