@@ -49,7 +49,7 @@ _BY_NAME: dict[str | None, RopeType | None] = {
 }
 """Every name ``lookup`` resolves, with its type (one dict read per call; the rules ask often)."""
 _FOR_ENGINES: dict[str | None, RopeType | None] = {
-    name: _BY_NAME.get(ENGINE_ALIASES.get(name, name)) for name in (*_BY_NAME, *ENGINE_ALIASES)
+    name: _BY_NAME.get(ENGINE_ALIASES.get(name, name)) for name in (*ROPE_TYPES, *ALIASES, *ENGINE_ALIASES)
 }
 """Every name ``lookup_for_engines`` resolves, with its type."""
 
