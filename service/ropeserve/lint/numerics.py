@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import struct
 from array import array
 from collections.abc import Callable
@@ -138,11 +139,21 @@ def table_error(params: RopeParams, position: int, phase_dtype: str, table_dtype
     if not all(map(math.isfinite, rounded)):
         return TableError(position, phase_dtype, table_dtype, math.inf, math.inf)
     angles = [position * inv64 for inv64 in exact.scaled[:count]]
-    cos_table = to_table([math.cos(angle) * scale for angle in rounded])
-    sin_table = to_table([math.sin(angle) * scale for angle in rounded])
-    cos_error = max([0.0, *(abs(t - math.cos(a) * scale) for t, a in zip(cos_table, angles, strict=True))])
-    sin_error = max([0.0, *(abs(t - math.sin(a) * scale) for t, a in zip(sin_table, angles, strict=True))])
+    cos_error, sin_error = (_max_error(wave, rounded, angles, scale, to_table) for wave in (math.cos, math.sin))
     return TableError(position, phase_dtype, table_dtype, cos_error, sin_error)
+
+
+def _max_error(
+    wave: Callable[[float], float],
+    rounded: list[float],
+    angles: list[float],
+    scale: float,
+    to_table: Callable[[list[float]], list[float]],
+) -> float:
+    """``max |to_table(wave(rounded) * scale) - wave(angle) * scale|`` over the frequencies (0.0 for none)."""
+    table = to_table([value * scale for value in map(wave, rounded)])
+    exact = [value * scale for value in map(wave, angles)]
+    return max([0.0, *map(abs, map(operator.sub, table, exact))])
 
 
 def _finite_or_none(value: float) -> float | None:
