@@ -86,7 +86,7 @@ def normalize_config(config: Mapping[str, Any], *, validate: bool = True) -> Nor
     raising, so each can be reported on its own; values that cannot be read at all (a non-numeric theta, no
     head_dim) still raise InvalidInput.
     """
-    if not isinstance(config, Mapping):
+    if not is_json_object(config):
         raise InvalidInput("config must be a JSON object", field="config")
     check_json_numbers(config)
     section, pointer = text_section(config)
@@ -287,7 +287,7 @@ def rope_dicts(text: Mapping[str, Any], pointer: str, *, strict: bool = True) ->
         if not value:
             continue
         container = f"{pointer}/{key}"
-        if not isinstance(value, Mapping):
+        if not is_json_object(value):
             if strict:
                 raise InvalidInput(f"{key} must be an object", field=container)
             continue
@@ -301,7 +301,7 @@ def rope_dicts(text: Mapping[str, Any], pointer: str, *, strict: bool = True) ->
 
 def _layer_entry(rope_dict: Mapping[str, Any], container: str, label: str, strict: bool) -> RopeEntry:
     value = rope_dict[label]
-    if value is not None and not isinstance(value, Mapping):
+    if value is not None and not is_json_object(value):
         if strict:
             raise InvalidInput(f"rope entry {label!r} must be an object or null", field=f"{container}/{label}")
         value = None

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
-from ropeserve.config.jsonsafe import check_json_numbers
+from ropeserve.config.jsonsafe import check_json_numbers, is_json_object
 from ropeserve.errors import InvalidInput
 from ropeserve.lint.versions import VersionSpec, shortened
 
@@ -134,7 +134,7 @@ class DeploymentIntent:
         """Build an intent from a JSON-able dict (the HTTP and ``--intent`` form); InvalidInput names the field."""
         if data is None:
             return cls()
-        if not isinstance(data, Mapping):
+        if not is_json_object(data):
             raise InvalidInput("intent must be a JSON object", field=pointer)
         check_json_numbers(data, pointer)
         unknown = sorted(set(data) - INTENT_KEYS)
@@ -200,7 +200,7 @@ def _engines(value: Any, pointer: str) -> tuple[EngineTarget, ...]:
     targets = []
     for index, item in enumerate(value):
         where = f"{pointer}/{index}"
-        if isinstance(item, Mapping):
+        if is_json_object(item):
             name = item.get("name")
             version = item.get("version") or ""
             if not isinstance(name, str) or not isinstance(version, str):
@@ -233,7 +233,7 @@ def _optional_dtype(value: Any, pointer: str) -> str | None:
 def _env(value: Any, pointer: str) -> dict[str, str]:
     if value is None:
         return {}
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+    if not is_json_object(value) or not all(isinstance(k, str) for k in value):
         raise InvalidInput("env must be an object of NAME: value", field=pointer)
     return {key: str(item) for key, item in value.items()}
 
@@ -257,7 +257,7 @@ def _choice(value: Any, choices: tuple[str, ...], pointer: str) -> str | None:
 def _optional_object(value: Any, pointer: str) -> dict[str, Any] | None:
     if value is None:
         return None
-    if not isinstance(value, Mapping):
+    if not is_json_object(value):
         raise InvalidInput("must be a JSON object", field=pointer)
     for key, item in value.items():
         if isinstance(item, float) and not math.isfinite(item):
@@ -276,7 +276,7 @@ def _positive_number(value: Any, pointer: str) -> float | None:
 def _positions(value: Any, pointer: str) -> PositionPlan:
     if value is None:
         return PositionPlan()
-    if not isinstance(value, Mapping):
+    if not is_json_object(value):
         raise InvalidInput("positions must be a JSON object", field=pointer)
     for key, item in value.items():
         choices = PositionPlan.CHOICES.get(key)

@@ -15,6 +15,7 @@ from ropeserve.config import (
     normalize_config,
     validate_params,
 )
+from ropeserve.config.jsonsafe import is_json_object
 from ropeserve.config.normalize import RopeEntry, complete_text, rope_dicts, text_section
 from ropeserve.config.rope_types import Problem, lookup
 from ropeserve.config.validate import problems, window_problems
@@ -46,7 +47,7 @@ class ModelView:
 
     @classmethod
     def build(cls, config: Mapping[str, Any], rope_override: Mapping[str, Any] | None = None) -> ModelView:
-        if not isinstance(config, Mapping):
+        if not is_json_object(config):
             raise InvalidInput("config must be a JSON object", field="/config")
         document = _with_override(config, rope_override) if rope_override is not None else config
         raw_text, text_pointer = text_section(document)
