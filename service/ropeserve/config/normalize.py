@@ -336,6 +336,11 @@ def _layer_entries(
     return {"full_attention": full, "sliding_attention": (sliding, local_pointer)}, True
 
 
+Candidate = tuple[str, str, Any]
+"""Where a value may come from, as ``(prefix, key, value)``: its source is ``prefix + key`` (a JSON pointer or
+``default:...``), joined only for the candidate chosen."""
+
+
 class _Resolver:
     """Resolves one layer entry's values, recording the JSON pointer each came from."""
 
@@ -350,24 +355,25 @@ class _Resolver:
     ) -> None:
         self.text, self.pointer, self.entry, self.entry_pointer = text, pointer, entry, entry_pointer
         self.family, self.nested = family, nested
+        self.entry_prefix, self.text_prefix = f"{entry_pointer}/", f"{pointer}/"
         self.sources: dict[str, str] = {}
 
-    def first(self, name: str, *candidates: tuple[str, Any]) -> Any:
-        """First candidate that is present (not None); records its source under ``name``."""
-        for source, value in candidates:
+    def first(self, name: str, *candidates: Candidate) -> Any:
+        """First candidate that is present (not None); records its source (``prefix + key``) under ``name``."""
+        for prefix, key, value in candidates:
             if value is not None:
-                self.sources[name] = source
+                self.sources[name] = prefix + key
                 return value
         return None
 
-    def from_entry(self, key: str) -> tuple[str, Any]:
-        return f"{self.entry_pointer}/{key}", self.entry.get(key)
+    def from_entry(self, key: str) -> Candidate:
+        return self.entry_prefix, key, self.entry.get(key)
 
-    def from_text(self, key: str) -> tuple[str, Any]:
-        return f"{self.pointer}/{key}", self.text.get(key)
+    def from_text(self, key: str) -> Candidate:
+        return self.text_prefix, key, self.text.get(key)
 
-    def from_class(self, key: str) -> tuple[str, Any]:
-        return f"default:class:{key}", self.family.class_defaults.get(key)
+    def from_class(self, key: str) -> Candidate:
+        return "default:class:", key, self.family.class_defaults.get(key)
 
     def build(self, validate: bool = True) -> RopeParams:
         rope_type = self.rope_type()
@@ -393,7 +399,7 @@ class _Resolver:
                     self.from_text("partial_rotary_factor"),
                     *(self.from_text(alias) for alias in ROTARY_FRACTION_ALIASES),
                     self.from_class("partial_rotary_factor"),
-                    ("default", 1.0),
+                    ("default", "", 1.0),
                 ),
                 "partial_rotary_factor",
                 self.sources,
@@ -430,7 +436,7 @@ class _Resolver:
         return {**missing, **self.sources}
 
     def rope_type(self) -> str:
-        raw = self.first("rope_type", self.from_entry("rope_type"), self.from_entry("type"), ("default", "default"))
+        raw = self.first("rope_type", self.from_entry("rope_type"), self.from_entry("type"), ("default", "", "default"))
         if not isinstance(raw, str):
             raise InvalidInput("rope_type must be a string", field=self.sources["rope_type"])
         if raw in self.family.legacy_longrope_aliases:
@@ -444,7 +450,7 @@ class _Resolver:
             self.from_text("rope_theta"),
             *(self.from_text(alias) for alias in THETA_ALIASES),
             self.from_class("rope_theta"),
-            ("default:family", self.family.default_theta),
+            ("default:family", "", self.family.default_theta),
         )
         return _as_float(value, "rope_theta", self.sources)
 
@@ -453,7 +459,7 @@ class _Resolver:
         if self.family.head_dim_key:
             key = self.family.head_dim_key
             candidates = [self.from_text(key), self.from_class(key), *candidates]
-        value = self.first("head_dim", *[(src, v) for src, v in candidates if v])
+        value = self.first("head_dim", *[candidate for candidate in candidates if candidate[2]])
         if value is None:
             hidden = self.text.get("hidden_size") or self.family.class_defaults.get("hidden_size")
             heads = self.text.get("num_attention_heads") or self.family.class_defaults.get("num_attention_heads")
@@ -477,14 +483,14 @@ class _Resolver:
         if definition is not None and definition.original_from_config:
             if not self.nested:
                 candidates = [self.from_text(key), self.from_class(key), *candidates]
-            candidates.append(("default:max_position_embeddings", max_pos))
+            candidates.append(("default:max_position_embeddings", "", max_pos))
         return self.first(key, *candidates)
 
     def entry_value(self, key: str) -> Any:
         """``first(key, from_entry(key))`` without formatting the pointer of an absent key."""
         value = self.entry.get(key)
         if value is not None:
-            self.sources[key] = f"{self.entry_pointer}/{key}"
+            self.sources[key] = self.entry_prefix + key
         return value
 
     def number(self, key: str) -> float | None:
