@@ -242,6 +242,8 @@ def text_section(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
         node: Any = config
         for key in path:
             node = node.get(key) if is_json_object(node) else None
+            if node is None:
+                break
         if is_json_object(node):
             return node, "/" + "/".join(path)
     return config, ""
