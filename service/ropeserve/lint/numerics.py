@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 import struct
 from array import array
 from collections.abc import Callable
@@ -153,7 +152,7 @@ def _max_error(
     """``max |to_table(wave(rounded) * scale) - wave(angle) * scale|`` over the frequencies (0.0 for none)."""
     table = to_table([value * scale for value in map(wave, rounded)])
     exact = [value * scale for value in map(wave, angles)]
-    return max([0.0, *map(abs, map(operator.sub, table, exact))])
+    return max([0.0, *(abs(t - e) for t, e in zip(table, exact, strict=True))])
 
 
 def _finite_or_none(value: float) -> float | None:
