@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from ropeserve.config.jsonsafe import is_json_object
+
 MropeLayout = Literal["chunked", "interleaved"]
 
 
@@ -209,7 +211,7 @@ def attribute_map_of(family: ModelFamily, section: Mapping[str, Any]) -> Mapping
     """The aliases the class that loads ``section`` maps: the family's, plus REMOTE_CONFIG_KEYS when the file names
     a remote config class (its own keys win)."""
     auto_map = section.get("auto_map")
-    if isinstance(auto_map, Mapping) and "AutoConfig" in auto_map:
+    if is_json_object(auto_map) and "AutoConfig" in auto_map:
         return {**REMOTE_CONFIG_KEYS, **family.attribute_map}
     return family.attribute_map
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from ropeserve.config.families import ModelFamily, Pairing, attribute_map_of, family_of
-from ropeserve.config.jsonsafe import INT64_MAX, check_json_numbers
+from ropeserve.config.jsonsafe import INT64_MAX, check_json_numbers, is_json_object
 from ropeserve.config.params import FIELD_NAMES, RopeParams
 from ropeserve.config.rope_types import ALIASES, ROPE_TYPES, RopeType, lookup
 from ropeserve.config.schema import COMMON_KEYS, KNOWN_KEYS, MROPE_KEYS, allowed_keys
@@ -44,6 +44,11 @@ ROTARY_FRACTION_ALIASES = ("rotary_pct", "rope_pct")
 """Top-level spellings of ``partial_rotary_factor``: GPT-NeoX's ``rotary_pct``; ``rope_pct`` of the remote
 StableLMEpochConfig (stablelm-3b-4e1t, stablelm-2 first releases), which vLLM's stablelm model reads first."""
 EXPLICIT_ONLY_KEYS = frozenset({"rotary_dim", *EXPLICIT_TOP_LEVEL_KEYS})
+OWN_KEYS = {
+    name: tuple(sorted(rope_type.keys - set(FIELD_NAMES) - COMMON_KEYS - MROPE_KEYS))
+    for name, rope_type in ROPE_TYPES.items()
+}
+"""Rope type -> its numeric keys that no ``RopeParams`` field holds (kept in ``RopeParams.extras``), sorted."""
 """Keys an explicit ``rope`` object may hold besides its rope type's own (``schema.allowed_keys``)."""
 
 
@@ -81,7 +86,7 @@ def normalize_config(config: Mapping[str, Any], *, validate: bool = True) -> Nor
     raising, so each can be reported on its own; values that cannot be read at all (a non-numeric theta, no
     head_dim) still raise InvalidInput.
     """
-    if not isinstance(config, Mapping):
+    if not is_json_object(config):
         raise InvalidInput("config must be a JSON object", field="config")
     check_json_numbers(config)
     section, pointer = text_section(config)
@@ -236,8 +241,10 @@ def text_section(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
     for path in TEXT_CONFIG_PATHS:
         node: Any = config
         for key in path:
-            node = node.get(key) if isinstance(node, Mapping) else None
-        if isinstance(node, Mapping):
+            node = node.get(key) if is_json_object(node) else None
+            if node is None:
+                break
+        if is_json_object(node):
             return node, "/" + "/".join(path)
     return config, ""
 
@@ -282,11 +289,12 @@ def rope_dicts(text: Mapping[str, Any], pointer: str, *, strict: bool = True) ->
         if not value:
             continue
         container = f"{pointer}/{key}"
-        if not isinstance(value, Mapping):
+        if not is_json_object(value):
             if strict:
                 raise InvalidInput(f"{key} must be an object", field=container)
             continue
-        nested = [label for label in value if label in layer_type_labels(text)]
+        labels = layer_type_labels(text)
+        nested = [label for label in value if label in labels]
         if not nested:
             return RopeDicts(container, (RopeEntry("full_attention", container, value),), nested=False)
         return RopeDicts(container, tuple(_layer_entry(value, container, label, strict) for label in nested), True)
@@ -295,7 +303,7 @@ def rope_dicts(text: Mapping[str, Any], pointer: str, *, strict: bool = True) ->
 
 def _layer_entry(rope_dict: Mapping[str, Any], container: str, label: str, strict: bool) -> RopeEntry:
     value = rope_dict[label]
-    if value is not None and not isinstance(value, Mapping):
+    if value is not None and not is_json_object(value):
         if strict:
             raise InvalidInput(f"rope entry {label!r} must be an object or null", field=f"{container}/{label}")
         value = None
@@ -330,6 +338,11 @@ def _layer_entries(
     return {"full_attention": full, "sliding_attention": (sliding, local_pointer)}, True
 
 
+Candidate = tuple[str, str, Any]
+"""Where a value may come from, as ``(prefix, key, value)``: its source is ``prefix + key`` (a JSON pointer or
+``default:...``), joined only for the candidate chosen."""
+
+
 class _Resolver:
     """Resolves one layer entry's values, recording the JSON pointer each came from."""
 
@@ -344,24 +357,25 @@ class _Resolver:
     ) -> None:
         self.text, self.pointer, self.entry, self.entry_pointer = text, pointer, entry, entry_pointer
         self.family, self.nested = family, nested
+        self.entry_prefix, self.text_prefix = f"{entry_pointer}/", f"{pointer}/"
         self.sources: dict[str, str] = {}
 
-    def first(self, name: str, *candidates: tuple[str, Any]) -> Any:
-        """First candidate that is present (not None); records its source under ``name``."""
-        for source, value in candidates:
+    def first(self, name: str, *candidates: Candidate) -> Any:
+        """First candidate that is present (not None); records its source (``prefix + key``) under ``name``."""
+        for prefix, key, value in candidates:
             if value is not None:
-                self.sources[name] = source
+                self.sources[name] = prefix + key
                 return value
         return None
 
-    def from_entry(self, key: str) -> tuple[str, Any]:
-        return f"{self.entry_pointer}/{key}", self.entry.get(key)
+    def from_entry(self, key: str) -> Candidate:
+        return self.entry_prefix, key, self.entry.get(key)
 
-    def from_text(self, key: str) -> tuple[str, Any]:
-        return f"{self.pointer}/{key}", self.text.get(key)
+    def from_text(self, key: str) -> Candidate:
+        return self.text_prefix, key, self.text.get(key)
 
-    def from_class(self, key: str) -> tuple[str, Any]:
-        return f"default:class:{key}", self.family.class_defaults.get(key)
+    def from_class(self, key: str) -> Candidate:
+        return "default:class:", key, self.family.class_defaults.get(key)
 
     def build(self, validate: bool = True) -> RopeParams:
         rope_type = self.rope_type()
@@ -387,7 +401,7 @@ class _Resolver:
                     self.from_text("partial_rotary_factor"),
                     *(self.from_text(alias) for alias in ROTARY_FRACTION_ALIASES),
                     self.from_class("partial_rotary_factor"),
-                    ("default", 1.0),
+                    ("default", "", 1.0),
                 ),
                 "partial_rotary_factor",
                 self.sources,
@@ -424,7 +438,7 @@ class _Resolver:
         return {**missing, **self.sources}
 
     def rope_type(self) -> str:
-        raw = self.first("rope_type", self.from_entry("rope_type"), self.from_entry("type"), ("default", "default"))
+        raw = self.first("rope_type", self.from_entry("rope_type"), self.from_entry("type"), ("default", "", "default"))
         if not isinstance(raw, str):
             raise InvalidInput("rope_type must be a string", field=self.sources["rope_type"])
         if raw in self.family.legacy_longrope_aliases:
@@ -438,7 +452,7 @@ class _Resolver:
             self.from_text("rope_theta"),
             *(self.from_text(alias) for alias in THETA_ALIASES),
             self.from_class("rope_theta"),
-            ("default:family", self.family.default_theta),
+            ("default:family", "", self.family.default_theta),
         )
         return _as_float(value, "rope_theta", self.sources)
 
@@ -447,7 +461,7 @@ class _Resolver:
         if self.family.head_dim_key:
             key = self.family.head_dim_key
             candidates = [self.from_text(key), self.from_class(key), *candidates]
-        value = self.first("head_dim", *[(src, v) for src, v in candidates if v])
+        value = self.first("head_dim", *[candidate for candidate in candidates if candidate[2]])
         if value is None:
             hidden = self.text.get("hidden_size") or self.family.class_defaults.get("hidden_size")
             heads = self.text.get("num_attention_heads") or self.family.class_defaults.get("num_attention_heads")
@@ -471,23 +485,30 @@ class _Resolver:
         if definition is not None and definition.original_from_config:
             if not self.nested:
                 candidates = [self.from_text(key), self.from_class(key), *candidates]
-            candidates.append(("default:max_position_embeddings", max_pos))
+            candidates.append(("default:max_position_embeddings", "", max_pos))
         return self.first(key, *candidates)
 
+    def entry_value(self, key: str) -> Any:
+        """``first(key, from_entry(key))`` without formatting the pointer of an absent key."""
+        value = self.entry.get(key)
+        if value is not None:
+            self.sources[key] = self.entry_prefix + key
+        return value
+
     def number(self, key: str) -> float | None:
-        value = self.first(key, self.from_entry(key))
+        value = self.entry_value(key)
         return None if value is None else _as_float(value, key, self.sources)
 
     def factor_list(self, key: str) -> tuple[float, ...] | None:
-        value = self.first(key, self.from_entry(key))
+        value = self.entry_value(key)
         if value is None:
             return None
-        if not isinstance(value, list | tuple) or not all(_is_number(v) for v in value):
+        if not isinstance(value, list | tuple) or not _all_numbers(value):
             raise InvalidInput(f"{key} must be a list of numbers", field=self.sources[key])
-        return tuple(float(v) for v in value)
+        return tuple(map(float, value))
 
     def mrope_section(self) -> tuple[int, ...] | None:
-        value = self.first("mrope_section", self.from_entry("mrope_section"))
+        value = self.entry_value("mrope_section")
         if value is None:
             if self.family.mrope_section is not None:
                 self.sources["mrope_section"] = "default:family"
@@ -507,7 +528,7 @@ class _Resolver:
         """The type's numeric keys that no ``RopeParams`` field holds, as ``(key, value)`` pairs."""
         if definition is None:
             return ()
-        own = sorted(definition.keys - set(FIELD_NAMES) - COMMON_KEYS - MROPE_KEYS)
+        own = OWN_KEYS[definition.name]
         return tuple((key, value) for key in own if (value := self.number(key)) is not None)
 
     def check_required(self, params: RopeParams, definition: RopeType) -> None:
@@ -531,13 +552,21 @@ def _with_mrope_layout(params: RopeParams, entry: Mapping[str, Any], family: Mod
 
 
 def _replace(params: RopeParams, **changes: Any) -> RopeParams:
-    values = {f.name: getattr(params, f.name) for f in fields(params)}
+    values = {name: getattr(params, name) for name in FIELD_NAMES}
     values.update(changes)
     return RopeParams(**values)
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _all_numbers(values: list[Any] | tuple[Any, ...]) -> bool:
+    """Whether every value ``_is_number``: lists of the exact ``int``/``float`` types told by one C-level pass."""
+    return set(map(type, values)) <= _NUMBER_TYPES or all(map(_is_number, values))
+
+
+_NUMBER_TYPES = frozenset({int, float})
 
 
 def _as_float(value: Any, key: str, sources: Mapping[str, str]) -> float:

@@ -47,7 +47,7 @@ class RopeParams:
 
     def value(self, key: str) -> Any:
         """The value of parameter ``key``: a field, else an entry of ``extras`` (None when absent)."""
-        if key in FIELD_NAMES:
+        if key in _FIELDS:
             return getattr(self, key)
         return dict(self.extras).get(key)
 
@@ -61,3 +61,4 @@ class RopeParams:
 
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(RopeParams))
+_FIELDS = frozenset(FIELD_NAMES)

@@ -64,12 +64,12 @@ def shape_problems(params: RopeParams) -> Iterator[Problem]:
 
 def range_problems(params: RopeParams) -> Iterator[Problem]:
     """Scaling and length parameters that are not finite, or zero/negative where a formula divides by them."""
-    for key in POSITIVE:
-        value = params.value(key)
+    for key in POSITIVE:  # fields of RopeParams, read directly
+        value = getattr(params, key)
         if value is not None and not (math.isfinite(value) and value > 0):
             yield Problem(key, f"{key} = {value!r} must be finite and > 0", "range")
     for key in NON_NEGATIVE:
-        value = params.value(key)
+        value = getattr(params, key)
         if value is not None and not (math.isfinite(value) and value >= 0):
             yield Problem(key, f"{key} = {value!r} must be finite and >= 0", "range")
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 from ropeserve.lint import pointers
 from ropeserve.lint.engines import EngineLength, derive_length, vllm_window_cap
 from ropeserve.lint.findings import Hit
 from ropeserve.lint.intent import DTYPE_ALIASES, DeploymentIntent, EngineTarget
+from ropeserve.lint.lazy import lazy
 from ropeserve.lint.model import ModelView
 from ropeserve.lint.numerics import TableError, table_error
 
@@ -64,27 +64,36 @@ class LintContext:
             dtype_source=dtype_source,
         )
 
-    @property
+    @lazy
     def requested(self) -> int | None:
         return self.intent.max_model_len
 
+    @lazy
+    def _served(self) -> dict[str, int | None]:
+        """Per target engine, the length it will serve (``served``), computed once per lint run."""
+        return {name: length.served(self.requested) for name, length in self.lengths.items()}
+
     def served(self, engine: str) -> int | None:
         """The length ``engine`` will serve: the requested one, else the engine's default."""
-        length = self.lengths.get(engine)
-        return self.requested if length is None else length.served(self.requested)
+        return self._served.get(engine, self.requested)
 
-    @property
+    @lazy
     def longest(self) -> int | None:
         """The longest length any target serves (None when nothing is known)."""
-        served = [n for n in (self.served(t.name) for t in self.intent.engines) if n]
-        return max(served, default=None)
+        return max((n for n in self._served.values() if n), default=None)
 
     def targets(self, *names: str) -> list[EngineTarget]:
         """The intent's targets among ``names`` (all targets when no name is given)."""
         return [t for t in self.intent.engines if not names or t.name in names]
 
+    @lazy
+    def target_names(self) -> tuple[str, ...]:
+        """The names of every target."""
+        return tuple(t.name for t in self.intent.engines)
+
     def targeted(self, *names: str) -> list[str]:
-        return [t.name for t in self.targets(*names)]
+        """The names of ``targets(*names)``."""
+        return [name for name in self.target_names if not names or name in names]
 
     @property
     def pairing(self) -> str:
@@ -92,10 +101,10 @@ class LintContext:
 
     def hit(self, pointer: str, message: str, fix: str, engine: str | None = None) -> Hit:
         """A hit at ``pointer`` of the effective config; rope-override fields point into the intent."""
+        if self.intent.rope_override is None:
+            return Hit(pointer, message, fix, engine)
         override_root = pointers.join(self.model.text_pointer, "rope_parameters")
-        if self.intent.rope_override is not None and (
-            pointer == override_root or pointer.startswith(override_root + "/")
-        ):
+        if pointer == override_root or pointer.startswith(override_root + "/"):
             return Hit("/rope_override" + pointer[len(override_root) :], message, fix, engine, "intent")
         return Hit(pointer, message, fix, engine)
 
@@ -105,7 +114,7 @@ class LintContext:
     def table_dtype(self, engine: str) -> str:
         return "float32" if engine in FLOAT32_TABLE_ENGINES else self.dtype
 
-    @cached_property
+    @lazy
     def numerics(self) -> list[NumericsRow]:
         """cos/sin error per target at the last position it serves (empty when the frequencies are undefined)."""
         main = self.model.computable_main
@@ -122,7 +131,7 @@ class LintContext:
             rows.append(NumericsRow(target.name, cache[key]))
         return rows
 
-    @cached_property
+    @lazy
     def float32_reference(self) -> TableError | None:
         """The error of float32 phases and float32 tables at the longest served position."""
         main, longest = self.model.computable_main, self.longest

@@ -15,8 +15,9 @@ from ropeserve.config import RopeParams
 from ropeserve.config.jsonsafe import INT64_MAX
 from ropeserve.config.rope_types import effective_factor, finite_positive, lookup, lookup_for_engines, yarn
 from ropeserve.config.rope_types.base import LengthRule
-from ropeserve.config.validate import SLIDING_WINDOW, window_problems
+from ropeserve.config.validate import SLIDING_WINDOW
 from ropeserve.lint.intent import ENGINES, DeploymentIntent, EngineTarget
+from ropeserve.lint.lazy import lazy
 from ropeserve.lint.model import ModelView
 from ropeserve.lint.versions import Version
 
@@ -63,11 +64,16 @@ class Support:
     since: str | None = None
     note: str = ""
 
+    @lazy
+    def since_version(self) -> Version | None:
+        """``since`` parsed (once per matrix cell)."""
+        return Version.parse(self.since) if self.since else None
+
     def refuses(self, target: EngineTarget) -> str | None:
         """Why ``target`` cannot run this kind (None when it can, or when it is only unverified)."""
         if self.level == "N":
             return self.note or "not supported"
-        if self.since and target.spec.may_predate(Version.parse(self.since)):
+        if self.since_version is not None and target.spec.may_predate(self.since_version):
             return f"needs {target.name} >= {self.since}" + (f" ({self.note})" if self.note else "")
         return None
 
@@ -180,7 +186,7 @@ released in 0.6.5, serves the full 8,192 (the XFORMERS backend kept the cap)."""
 def declared_window(view: ModelView) -> int | None:
     """The window vLLM reads (``ModelConfig.get_hf_config_sliding_window``): ``sliding_window`` unless
     ``use_sliding_window`` is false; the smallest of a per-layer list. None when absent or invalid (RS208)."""
-    if view.text.get("use_sliding_window") is False or any(window_problems(view.text)):
+    if view.text.get("use_sliding_window") is False or view.window_problems:
         return None
     value = view.text.get(SLIDING_WINDOW)
     values = [int(v) for v in (value if isinstance(value, list) else [value]) if v is not None]
@@ -215,13 +221,17 @@ class EngineLength:
     derived: int | None
     derived_from: str
     default: int | None
-    cache_rows: int | None
     check: str
     override_env: str | None = None
     notes: tuple[str, ...] = ()
     cache_rows_by_layer: Mapping[str, int] = field(default_factory=dict)
     window_cap: WindowCap | None = None
     """Set when the engine disables the sliding window and so caps ``derived`` at it (vLLM)."""
+
+    @property
+    def cache_rows(self) -> int | None:
+        """The binding cache size: the smallest over the RoPE layer types (None when the engine has no cache)."""
+        return min(self.cache_rows_by_layer.values(), default=None)
 
     def served(self, requested: int | None) -> int | None:
         return requested if requested is not None else self.default
@@ -263,10 +273,22 @@ def scaled_length(length: float, factor: float) -> int:
     return int(min(length * factor, LENGTH_CEILING))
 
 
+def length_value(view: ModelView, key: str) -> int | None:
+    """``key`` of the text section (class default included) as a length: a finite positive number, truncated."""
+    if key not in view.text and key not in view.family.class_defaults:
+        return None  # most length keys are absent: answered without the calls below
+    value = finite_positive(view.text_value(key))
+    return None if value is None else int(value)
+
+
 def length_keys(view: ModelView, keys: tuple[str, ...]) -> dict[str, int]:
     """The positive length keys of the text section that appear in ``keys`` (class defaults included)."""
-    found = {key: finite_positive(view.text_value(key)) for key in keys}
-    return {key: int(value) for key, value in found.items() if value is not None}
+    return {key: value for key in keys if (value := length_value(view, key)) is not None}
+
+
+def first_length_key(view: ModelView, keys: tuple[str, ...]) -> tuple[str, int] | None:
+    """The first of ``keys`` that ``length_keys`` would return, with its length (None when there is none)."""
+    return next(((key, value) for key in keys if (value := length_value(view, key)) is not None), None)
 
 
 def tokenizer_limit(tokenizer_config: Mapping[str, Any] | None) -> int | None:
@@ -280,11 +302,6 @@ def cache_rows_by_layer(view: ModelView, engine: str) -> dict[str, int]:
         return {}
     rows = {name: cache_rows_for(params, engine) for name, params in view.layers.items()}
     return {name: count for name, count in rows.items() if count is not None}
-
-
-def cache_rows(view: ModelView, engine: str) -> int | None:
-    """The binding cache size: the smallest over the RoPE layer types (None when the engine has no cache)."""
-    return min(cache_rows_by_layer(view, engine).values(), default=None)
 
 
 def cache_rows_for(params: RopeParams, engine: str) -> int | None:
@@ -318,7 +335,6 @@ def _vllm_length(
         derived=derived,
         derived_from=source,
         default=_vllm_default_length(view, derived),
-        cache_rows=cache_rows(view, "vllm"),
         check="refuse",
         override_env="VLLM_ALLOW_LONG_MAX_MODEL_LEN",
         cache_rows_by_layer=cache_rows_by_layer(view, "vllm"),
@@ -382,9 +398,8 @@ def _sglang_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None, 
     )
     per_layer_type = len(view.layers) > 1
     factor = 1 if dropped or per_layer_type else written
-    found = length_keys(view, SGLANG_LENGTH_KEYS)
-    key = next(iter(found), None)
-    base, source = (found[key], key) if key else (ENGINE_DEFAULT_LENGTH, "no length key: SGLang assumes 2048")
+    first = first_length_key(view, SGLANG_LENGTH_KEYS)
+    base, source = (first[1], first[0]) if first else (ENGINE_DEFAULT_LENGTH, "no length key: SGLang assumes 2048")
     derived = scaled_length(base, factor)
     if factor != 1:
         source += f" x factor {factor:g}"
@@ -400,7 +415,6 @@ def _sglang_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None, 
         derived=derived,
         derived_from=source,
         default=derived,
-        cache_rows=cache_rows(view, "sglang"),
         check="refuse",
         override_env="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN",
         cache_rows_by_layer=cache_rows_by_layer(view, "sglang"),
@@ -413,28 +427,26 @@ def _tgi_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None, _: 
     notes = ["cos/sin grow with the longest sequence seen; no startup length check"]
     if key is None:
         notes.append("the launcher reads top-level keys only and found none (not verified)")
-        return EngineLength("tgi", None, "no top-level length key", None, None, "none", None, tuple(notes))
+        return EngineLength("tgi", None, "no top-level length key", None, "none", None, tuple(notes))
     derived, source = top[key], key
     limit = tokenizer_limit(tokenizer_config)
     if limit is not None and limit < derived:
         derived, source = limit, "tokenizer_config model_max_length"
-    return EngineLength("tgi", derived, source, derived, None, "none", None, tuple(notes))
+    return EngineLength("tgi", derived, source, derived, "none", None, tuple(notes))
 
 
 def _llama_cpp_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None, _: WindowCap | None) -> EngineLength:
-    n_ctx_train = length_keys(view, ("max_position_embeddings",)).get("max_position_embeddings")
+    n_ctx_train = length_value(view, "max_position_embeddings")
     notes = ("n_ctx_train = GGUF context_length, converted from max_position_embeddings",)
-    return EngineLength("llama.cpp", n_ctx_train, "max_position_embeddings", n_ctx_train, None, "cap", None, notes)
+    return EngineLength("llama.cpp", n_ctx_train, "max_position_embeddings", n_ctx_train, "cap", None, notes)
 
 
 def _transformers_length(
     view: ModelView, tokenizer_config: Mapping[str, Any] | None, _: WindowCap | None
 ) -> EngineLength:
-    max_positions = length_keys(view, ("max_position_embeddings",)).get("max_position_embeddings")
+    max_positions = length_value(view, "max_position_embeddings")
     notes = ("cos/sin computed per forward in float32; no cache, no length check",)
-    return EngineLength(
-        "transformers", max_positions, "max_position_embeddings", max_positions, None, "none", None, notes
-    )
+    return EngineLength("transformers", max_positions, "max_position_embeddings", max_positions, "none", None, notes)
 
 
 LengthDeriver = Callable[[ModelView, Mapping[str, Any] | None, WindowCap | None], EngineLength]

@@ -28,7 +28,7 @@ class Severity(IntEnum):
 
     @property
     def label(self) -> str:
-        return self.name.lower()
+        return _LABELS[self]
 
     @property
     def sarif_level(self) -> str:
@@ -37,6 +37,11 @@ class Severity(IntEnum):
     @classmethod
     def parse(cls, text: str) -> Severity:
         return cls[text.strip().upper()]
+
+
+_LABELS = {severity: severity.name.lower() for severity in Severity}
+SEVERITIES_DESCENDING = tuple(sorted(Severity, reverse=True))
+"""Error, warning, info: the order of the report's counts."""
 
 
 FAMILIES = {

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
-from ropeserve.config.jsonsafe import check_json_numbers
+from ropeserve.config.jsonsafe import check_json_numbers, is_json_object
 from ropeserve.errors import InvalidInput
 from ropeserve.lint.versions import VersionSpec, shortened
 
@@ -134,14 +134,13 @@ class DeploymentIntent:
         """Build an intent from a JSON-able dict (the HTTP and ``--intent`` form); InvalidInput names the field."""
         if data is None:
             return cls()
-        if not isinstance(data, Mapping):
+        if not is_json_object(data):
             raise InvalidInput("intent must be a JSON object", field=pointer)
         check_json_numbers(data, pointer)
-        known = {f.name for f in fields(cls) if f.name != "engines_asked"} | set(LENGTH_KEYS)
-        unknown = sorted(set(data) - known)
+        unknown = sorted(set(data) - INTENT_KEYS)
         if unknown:
             raise InvalidInput(
-                f"unknown intent keys {unknown}; known: {sorted(known)}", field=f"{pointer}/{unknown[0]}"
+                f"unknown intent keys {unknown}; known: {sorted(INTENT_KEYS)}", field=f"{pointer}/{unknown[0]}"
             )
         return cls(
             engines=_engines(data.get("engines"), f"{pointer}/engines"),
@@ -178,8 +177,12 @@ class DeploymentIntent:
             "rope_override": dict(self.rope_override) if self.rope_override is not None else None,
             "video_fps": self.video_fps,
             "max_video_seconds": self.max_video_seconds,
-            "positions": {f.name: getattr(self.positions, f.name) for f in fields(PositionPlan)},
+            "positions": {name: getattr(self.positions, name) for name in PositionPlan.CHOICES},
         }
+
+
+INTENT_KEYS = frozenset(f.name for f in fields(DeploymentIntent) if f.name != "engines_asked") | set(LENGTH_KEYS)
+"""The keys an intent object may hold."""
 
 
 def normalize_dtype(value: str, field: str = "dtype") -> str:
@@ -197,7 +200,7 @@ def _engines(value: Any, pointer: str) -> tuple[EngineTarget, ...]:
     targets = []
     for index, item in enumerate(value):
         where = f"{pointer}/{index}"
-        if isinstance(item, Mapping):
+        if is_json_object(item):
             name = item.get("name")
             version = item.get("version") or ""
             if not isinstance(name, str) or not isinstance(version, str):
@@ -230,7 +233,7 @@ def _optional_dtype(value: Any, pointer: str) -> str | None:
 def _env(value: Any, pointer: str) -> dict[str, str]:
     if value is None:
         return {}
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+    if not is_json_object(value) or not all(isinstance(k, str) for k in value):
         raise InvalidInput("env must be an object of NAME: value", field=pointer)
     return {key: str(item) for key, item in value.items()}
 
@@ -254,7 +257,7 @@ def _choice(value: Any, choices: tuple[str, ...], pointer: str) -> str | None:
 def _optional_object(value: Any, pointer: str) -> dict[str, Any] | None:
     if value is None:
         return None
-    if not isinstance(value, Mapping):
+    if not is_json_object(value):
         raise InvalidInput("must be a JSON object", field=pointer)
     for key, item in value.items():
         if isinstance(item, float) and not math.isfinite(item):
@@ -273,7 +276,7 @@ def _positive_number(value: Any, pointer: str) -> float | None:
 def _positions(value: Any, pointer: str) -> PositionPlan:
     if value is None:
         return PositionPlan()
-    if not isinstance(value, Mapping):
+    if not is_json_object(value):
         raise InvalidInput("positions must be a JSON object", field=pointer)
     for key, item in value.items():
         choices = PositionPlan.CHOICES.get(key)

@@ -15,10 +15,13 @@ from ropeserve.config import (
     normalize_config,
     validate_params,
 )
+from ropeserve.config.jsonsafe import is_json_object
 from ropeserve.config.normalize import RopeEntry, complete_text, rope_dicts, text_section
-from ropeserve.config.rope_types import lookup
+from ropeserve.config.rope_types import Problem, lookup
+from ropeserve.config.validate import problems, window_problems
 from ropeserve.errors import InvalidInput
 from ropeserve.lint import pointers
+from ropeserve.lint.lazy import lazy
 
 TEXT_LEVEL_KEYS = frozenset({"max_position_embeddings", "head_dim", "hidden_size", "num_attention_heads"})
 MAX_HEAD_DIM = 4096
@@ -44,14 +47,13 @@ class ModelView:
 
     @classmethod
     def build(cls, config: Mapping[str, Any], rope_override: Mapping[str, Any] | None = None) -> ModelView:
-        if not isinstance(config, Mapping):
+        if not is_json_object(config):
             raise InvalidInput("config must be a JSON object", field="/config")
         document = _with_override(config, rope_override) if rope_override is not None else config
         raw_text, text_pointer = text_section(document)
         model_type = raw_text.get("model_type") or document.get("model_type")
         family = family_of(model_type if isinstance(model_type, str) else None)
-        document, filled = _as_config_class(document, raw_text, text_pointer, family)
-        text, _ = text_section(document)
+        document, text, filled = _as_config_class(document, raw_text, text_pointer, family)
         try:
             normalized, error = normalize_config(document, validate=False), None
         except InvalidInput as failure:
@@ -70,14 +72,14 @@ class ModelView:
             filled=filled,
         )
 
-    @property
+    @lazy
     def main(self) -> RopeParams | None:
         """Full-attention parameters (or the only RoPE layer type's)."""
         if not self.layers:
             return None
         return self.layers.get("full_attention") or next(iter(self.layers.values()))
 
-    @property
+    @lazy
     def computable_main(self) -> RopeParams | None:
         """``main`` when its frequencies are defined: a known rope type with its required keys, within
         MAX_HEAD_DIM, passing the normaliser's strict validation."""
@@ -90,7 +92,27 @@ class ModelView:
             return None
         return main
 
-    @property
+    @lazy
+    def written_entries(self) -> tuple[RopeEntry, ...]:
+        """The rope entries that hold a dict (a NoPE layer's ``null`` left out)."""
+        return tuple(entry for entry in self.entries if entry.data is not None)
+
+    @lazy
+    def mrope_layers(self) -> dict[str, RopeParams]:
+        """The RoPE layer types with M-RoPE sections."""
+        return {name: params for name, params in self.layers.items() if params.mrope_section is not None}
+
+    @lazy
+    def layer_problems(self) -> dict[str, tuple[Problem, ...]]:
+        """What the service's validator (``validate.problems``) finds in each RoPE layer type's parameters."""
+        return {layer_type: tuple(problems(params)) for layer_type, params in self.layers.items()}
+
+    @lazy
+    def window_problems(self) -> tuple[Problem, ...]:
+        """``validate.window_problems`` of the text section (an invalid ``sliding_window``)."""
+        return tuple(window_problems(self.text))
+
+    @lazy
     def main_entry(self) -> RopeEntry | None:
         return next((e for e in self.entries if e.layer_type == "full_attention"), None) or (
             self.entries[0] if self.entries else None
@@ -141,16 +163,17 @@ def check_computable(params: RopeParams, sources: Mapping[str, str] | None = Non
 
 def _as_config_class(
     document: Mapping[str, Any], text: Mapping[str, Any], text_pointer: str, family: ModelFamily
-) -> tuple[Mapping[str, Any], dict[str, str]]:
+) -> tuple[Mapping[str, Any], Mapping[str, Any], dict[str, str]]:
     """``document`` with its text section completed as the config class completes it (``complete_text``, the
     normaliser's own step), so the engine rules read the same keys; ``document`` itself when nothing is missing.
-    Returns it and the pointers filled -> their real source."""
+    Returns it, its text section and the pointers filled -> their real source."""
     section, filled = complete_text(text, text_pointer, family)
     if not filled:
-        return document, filled
+        return document, text, filled
     completed = copy.deepcopy(dict(document))
-    pointers.resolve(completed, text_pointer).update(section)
-    return completed, filled
+    completed_text = pointers.resolve(completed, text_pointer)
+    completed_text.update(section)
+    return completed, completed_text, filled
 
 
 def _refiled(error: InvalidInput, filled: Mapping[str, str]) -> InvalidInput:

@@ -12,7 +12,7 @@ from typing import Any
 from ropeserve import __version__
 from ropeserve.lint import pointers
 from ropeserve.lint.engines import EngineLength
-from ropeserve.lint.findings import DOCS_URI, RULES, Finding, Rule, Severity
+from ropeserve.lint.findings import DOCS_URI, RULES, SEVERITIES_DESCENDING, Finding, Rule, Severity
 from ropeserve.lint.intent import DeploymentIntent
 
 TOOL_NAME = "ropeserve-lint"
@@ -63,11 +63,12 @@ class LintReport:
         return Counter((f.rule.id, f.severity.label) for f in self.findings)
 
     def summary(self) -> dict[str, Any]:
-        by_rule = Counter(f.rule.id for f in self.findings)
-        return {
-            **{s.label: self.count(s) for s in sorted(Severity, reverse=True)},
-            "by_rule": dict(sorted(by_rule.items())),
-        }
+        by_severity = dict.fromkeys(SEVERITIES_DESCENDING, 0)
+        by_rule: dict[str, int] = {}
+        for finding in self.findings:
+            by_severity[finding.severity] += 1
+            by_rule[finding.rule.id] = by_rule.get(finding.rule.id, 0) + 1
+        return {**{s.label: count for s, count in by_severity.items()}, "by_rule": dict(sorted(by_rule.items()))}
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -175,7 +176,7 @@ def render_text(report: LintReport) -> str:
     lines.extend(_engine_table(report.engines, report.intent))
     lines.extend(_numerics_lines(report.numerics))
     counts = report.summary()
-    lines.append("  " + ", ".join(_plural(counts[s.label], s.label) for s in sorted(Severity, reverse=True)))
+    lines.append("  " + ", ".join(_plural(counts[s.label], s.label) for s in SEVERITIES_DESCENDING))
     return "\n".join(lines)
 
 

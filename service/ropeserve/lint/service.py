@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ropeserve.config.jsonsafe import is_json_object
 from ropeserve.errors import InvalidInput
 from ropeserve.lint.intent import DeploymentIntent
 from ropeserve.lint.linter import lint_config
@@ -45,17 +46,17 @@ def validate_config_request(request: Mapping[str, Any]) -> dict[str, Any]:
     Raises InvalidInput (``field`` = JSON pointer into the request) for a malformed request; problems in the
     config itself are findings, not errors.
     """
-    if not isinstance(request, Mapping):
+    if not is_json_object(request):
         raise InvalidInput("the request body must be a JSON object", field="")
     unknown = sorted(set(request) - REQUEST_KEYS)
     if unknown:
         raise InvalidInput(f"unknown keys {unknown}; known: {sorted(REQUEST_KEYS)}", field=f"/{unknown[0]}")
     config = request.get("config")
-    if not isinstance(config, Mapping):
+    if not is_json_object(config):
         raise InvalidInput("config must be a JSON object (a config.json)", field="/config")
     extras = {key: request.get(key) for key in ("tokenizer_config", "draft_config")}
     for key, value in extras.items():
-        if value is not None and not isinstance(value, Mapping):
+        if value is not None and not is_json_object(value):
             raise InvalidInput(f"{key} must be a JSON object", field=f"/{key}")
     intent = DeploymentIntent.from_mapping(request.get("intent"), "/intent")
     return lint_config(config, intent, **extras).as_dict()

@@ -20,6 +20,8 @@ from transformers import LlamaConfig
 
 from ropeserve.config import ROPE_TYPE_KEYS, RopeParams, from_explicit, normalize_config
 from ropeserve.config.normalize import factor_for_rotary_dim
+from ropeserve.config.params import FIELD_NAMES
+from ropeserve.config.validate import NON_NEGATIVE, POSITIVE
 from ropeserve.errors import InvalidInput
 
 BASE = {"hidden_size": 256, "num_attention_heads": 4, "max_position_embeddings": 4096}
@@ -322,3 +324,8 @@ def test_every_rope_type_has_a_key_schema_and_as_dict_is_json_ready() -> None:
     assert "attention_factor" not in as_dict
     assert isinstance(hash(params), int)
     assert RopeParams(**vars(params)) == params
+
+
+def test_range_checked_keys_are_rope_params_fields() -> None:
+    """``range_problems`` reads these keys as attributes of ``RopeParams`` (a key kept in ``extras`` would not be)."""
+    assert set(POSITIVE + NON_NEGATIVE) <= set(FIELD_NAMES)

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ropeserve.config.jsonsafe import (
     FLOAT_MAX,
@@ -13,6 +18,7 @@ from ropeserve.config.jsonsafe import (
     MAX_JSON_DEPTH,
     check_json_numbers,
     first_non_finite,
+    is_json_object,
     json_depth,
     loads_bounded,
 )
@@ -71,3 +77,92 @@ def test_nesting_past_the_limit_is_refused_without_recursion() -> None:
 def test_first_non_finite_names_the_first_in_document_order() -> None:
     assert first_non_finite({"a": 1.0, "b": [2.0, math.inf], "c": math.nan}) == "/b/1"
     assert first_non_finite({"a": [1e308, -1e308], "b": "inf"}) is None
+
+
+class Huge(int):
+    """An int subclass (not the parsed ``int``): walked by the general path, not the exact-type one."""
+
+
+@pytest.mark.parametrize(
+    ("document", "field"),
+    [
+        (MappingProxyType({"a": (1, {"b": 10**400})}), "/a/1/b"),
+        ({"a": [0, Huge(10**400)]}, "/a/1"),
+        ((2.0, MappingProxyType({"x~": -(10**309)})), "/1/x~0"),
+    ],
+)
+def test_other_mappings_sequences_and_int_subclasses_are_walked_too(document: Any, field: str) -> None:
+    with pytest.raises(InvalidInput, match="outside the float range") as error:
+        check_json_numbers(document)
+    assert error.value.field == field
+
+
+def test_nesting_through_tuples_and_mapping_proxies_counts() -> None:
+    value: Any = 1
+    for level in range(MAX_JSON_DEPTH + 1):
+        value = (value,) if level % 2 else MappingProxyType({"k": value})
+    with pytest.raises(InvalidInput, match="nested deeper"):
+        check_json_numbers(value)
+    check_json_numbers(value["k"] if isinstance(value, Mapping) else value[0])
+
+
+def _first_problem(value: Any, pointer: str = "", depth: int = 0) -> str | None:  # noqa: ANN401
+    """Reference: the pointer of the first node (document order) ``check_json_numbers`` must refuse."""
+    if isinstance(value, Mapping | list | tuple):
+        if depth >= MAX_JSON_DEPTH:
+            return pointer or "/"
+        items = value.items() if isinstance(value, Mapping) else enumerate(value)
+        for key, child in items:
+            escaped = str(key).replace("~", "~0").replace("/", "~1")
+            if (found := _first_problem(child, f"{pointer}/{escaped}", depth + 1)) is not None:
+                return found
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > FLOAT_MAX:
+        return pointer or "/"
+    return None
+
+
+LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.text(max_size=3),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([10**309, -(10**400), Huge(10**400), Huge(3), int(FLOAT_MAX)]),
+)
+DOCUMENTS = st.recursive(
+    LEAVES,
+    lambda children: st.one_of(
+        st.lists(children, max_size=3),
+        st.lists(children, max_size=3).map(tuple),
+        st.dictionaries(st.text(max_size=2), children, max_size=3),
+        st.dictionaries(st.text(max_size=2), children, max_size=3).map(MappingProxyType),
+    ),
+    max_leaves=40,
+)
+
+
+def _deepen(value: Any, levels: int) -> Any:  # noqa: ANN401
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@settings(max_examples=300, deadline=None)
+@given(document=DOCUMENTS, extra_depth=st.sampled_from([0, 0, MAX_JSON_DEPTH - 3, MAX_JSON_DEPTH - 1]))
+def test_check_json_numbers_refuses_exactly_what_a_plain_walk_finds(document: Any, extra_depth: int) -> None:
+    document = _deepen(document, extra_depth)
+    expected = _first_problem(document)
+    if expected is None:
+        check_json_numbers(document)
+        return
+    with pytest.raises(InvalidInput) as error:
+        check_json_numbers(document)
+    assert error.value.field == expected
+
+
+@pytest.mark.parametrize(
+    "value", [{}, {"a": 1}, MappingProxyType({}), None, [], (), "text", 1, 1.5, True, json.loads('{"a": null}')]
+)
+def test_is_json_object_is_isinstance_mapping(value: object) -> None:
+    assert is_json_object(value) == isinstance(value, Mapping)

@@ -9,6 +9,7 @@ import pytest
 
 from ropeserve.config import from_explicit
 from ropeserve.lint.numerics import (
+    ROUNDERS,
     float32_frequencies,
     round_bfloat16,
     round_float16,
@@ -28,6 +29,17 @@ def test_rounding_matches_torch_casts(rounder, dtype) -> None:
     values = torch.tensor(SAMPLES, dtype=torch.float64)
     expected = values.to(dtype).to(torch.float64).tolist()
     assert [rounder(v) for v in SAMPLES] == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "dtype"), [("float32", torch.float32), ("bfloat16", torch.bfloat16), ("float16", torch.float16)]
+)
+def test_list_rounding_matches_torch_casts_past_the_range_too(name: str, dtype) -> None:
+    """The whole-list rounders (one conversion per list) agree with torch, overflow to infinity included."""
+    values = [*SAMPLES, 1e6, -1e6, 65519.0, 65520.0, 3.4028236e38, -1e300, 1e-46, math.inf]
+    expected = torch.tensor(values, dtype=torch.float64).to(dtype).to(torch.float64).tolist()
+    assert ROUNDERS[name](values) == expected
+    assert math.isnan(ROUNDERS[name]([math.nan])[0])
 
 
 def test_overflow_and_non_finite() -> None:

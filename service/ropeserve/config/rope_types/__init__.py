@@ -44,16 +44,24 @@ ENGINE_ALIASES: Mapping[str, str] = MappingProxyType({"deepseek_yarn": "yarn", *
 refuse them, the linter computes their spectrum with that type."""
 
 
+_BY_NAME: dict[str | None, RopeType | None] = {
+    name: ROPE_TYPES.get(ALIASES.get(name, name)) for name in (*ROPE_TYPES, *ALIASES)
+}
+"""Every name ``lookup`` resolves, with its type (one dict read per call; the rules ask often)."""
+_FOR_ENGINES: dict[str | None, RopeType | None] = {
+    name: _BY_NAME.get(ENGINE_ALIASES.get(name, name)) for name in (*ROPE_TYPES, *ALIASES, *ENGINE_ALIASES)
+}
+"""Every name ``lookup_for_engines`` resolves, with its type."""
+
+
 def lookup(name: str | None) -> RopeType | None:
     """The registered type ``name`` (after ``ALIASES``), or None."""
-    if name is None:
-        return None
-    return ROPE_TYPES.get(ALIASES.get(name, name))
+    return _BY_NAME.get(name)
 
 
 def lookup_for_engines(name: str | None) -> RopeType | None:
     """``lookup``, also resolving ``ENGINE_ALIASES`` (what an engine computes for the name)."""
-    return lookup(ENGINE_ALIASES.get(name, name) if name is not None else None)
+    return _FOR_ENGINES.get(name)
 
 
 def effective_factor(params: RopeParams) -> float:

@@ -124,6 +124,10 @@ class RopeType:
 
 def finite_positive(value: Any) -> float | None:
     """``value`` as a float when it is a finite number > 0 (bools excluded), else None."""
+    if type(value) is float:  # the parsed-JSON types first, without the isinstance calls
+        return value if 0 < value < math.inf else None
+    if type(value) is int:
+        return float(value) if math.isfinite(value) and value > 0 else None
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
         return float(value)
     return None

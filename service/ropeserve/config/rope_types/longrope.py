@@ -61,7 +61,7 @@ def problems(params: RopeParams) -> Iterator[Problem]:
                 f"partial_rotary_factor {params.partial_rotary_factor:g} / 2)",
                 "length",
             )
-        if not all(math.isfinite(v) and v > 0 for v in values):
+        if not (all(map(math.isfinite, values)) and min(values, default=1.0) > 0):
             message = f"{key} has entries that are not finite and > 0 (frequencies are divided by them)"
             yield Problem(key, message, "range")
     if params.factor is None and not params.max_position_embeddings:

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-from ropeserve.config import RopeParams
 from ropeserve.config.normalize import RopeEntry
 from ropeserve.config.rope_types import ALIASES, LEGACY_NAMES, RopeType, lookup_for_engines, yarn
-from ropeserve.lint.context import LintContext
 from ropeserve.lint.versions import Version
 
 LEGACY_TYPE_NAMES = {**LEGACY_NAMES, **ALIASES}
@@ -33,14 +29,6 @@ def definition_of(rope_type: str | None) -> RopeType | None:
 def is_yarn(rope_type: str | None) -> bool:
     """``rope_type`` computes YaRN (``yarn``, or an engine's ``deepseek_yarn``)."""
     return definition_of(rope_type) is yarn.ROPE_TYPE
-
-
-def rope_layers(ctx: LintContext) -> Iterator[tuple[str, RopeParams]]:
-    yield from ctx.model.layers.items()
-
-
-def entries(ctx: LintContext) -> Iterator[RopeEntry]:
-    yield from (entry for entry in ctx.model.entries if entry.data is not None)
 
 
 def fmt(value: float | int | None) -> str:

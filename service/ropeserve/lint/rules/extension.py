@@ -9,7 +9,7 @@ from ropeserve.config.rope_types.yarn import BETA_SLOW as YARN_BETA_SLOW
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
-from ropeserve.lint.rules.common import canonical_type, entries, fmt, is_yarn, rope_layers
+from ropeserve.lint.rules.common import canonical_type, fmt, is_yarn
 
 WARNING, INFO = Severity.WARNING, Severity.INFO
 TRAINED_SCALING = frozenset({"llama3", "yarn", "longrope"})
@@ -45,7 +45,7 @@ def longrope_switching(ctx: LintContext) -> Iterator[Hit]:
     original = main.original_max_position_embeddings if main is not None else None
     if main is None or main.rope_type != "longrope" or not original or (ctx.longest or 0) <= original:
         return
-    behaviour = "; ".join(f"{engine} {LONGROPE_SWITCH[engine]}" for engine in ctx.targeted())
+    behaviour = "; ".join(f"{engine} {LONGROPE_SWITCH[engine]}" for engine in ctx.target_names)
     yield ctx.hit(
         ctx.model.pointer("full_attention", "long_factor"),
         f"serving {fmt(ctx.longest)} > original {fmt(original)} tokens: {behaviour}",
@@ -63,9 +63,9 @@ def longrope_switching(ctx: LintContext) -> Iterator[Hit]:
     catalogue="EXT-002",
 )
 def dynamic_ntk_semantics(ctx: LintContext) -> Iterator[Hit]:
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         if params.rope_type == "dynamic":
-            behaviour = "; ".join(f"{engine} {DYNAMIC_SEMANTICS[engine]}" for engine in ctx.targeted())
+            behaviour = "; ".join(f"{engine} {DYNAMIC_SEMANTICS[engine]}" for engine in ctx.target_names)
             yield ctx.hit(
                 ctx.model.pointer(layer_type, "rope_type"),
                 f"dynamic NTK: {behaviour}",
@@ -83,7 +83,7 @@ def dynamic_ntk_semantics(ctx: LintContext) -> Iterator[Hit]:
     catalogue="EXT-003",
 )
 def yarn_truncate_ignored(ctx: LintContext) -> Iterator[Hit]:
-    for entry in entries(ctx):
+    for entry in ctx.model.written_entries:
         if not is_yarn(canonical_type(entry)) or entry.get("truncate", True) is not False:
             continue
         for engine in ctx.targeted("tgi", "llama.cpp"):
@@ -108,7 +108,7 @@ def yarn_truncate_ignored(ctx: LintContext) -> Iterator[Hit]:
 def yarn_mscale_generic_path(ctx: LintContext) -> Iterator[Hit]:
     if (ctx.model.model_type or "").startswith("deepseek"):
         return
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         if params.rope_type == "yarn" and (params.mscale or params.mscale_all_dim):
             key = "mscale_all_dim" if params.mscale_all_dim else "mscale"
             yield ctx.hit(
@@ -189,9 +189,9 @@ def _brief(value: object) -> str:
     reference=f"{NOTE} §1.7, §6 footnote 5",
 )
 def tgi_yarn_fixed_betas(ctx: LintContext) -> Iterator[Hit]:
-    if "tgi" not in ctx.targeted():
+    if "tgi" not in ctx.target_names:
         return
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         if not is_yarn(params.rope_type):
             continue
         for key, fixed in (("beta_fast", YARN_BETA_FAST), ("beta_slow", YARN_BETA_SLOW)):
@@ -214,9 +214,9 @@ def tgi_yarn_fixed_betas(ctx: LintContext) -> Iterator[Hit]:
     reference=f"{NOTE} §3, §6 footnote 9",
 )
 def llama_cpp_llama3_original(ctx: LintContext) -> Iterator[Hit]:
-    if "llama.cpp" not in ctx.targeted():
+    if "llama.cpp" not in ctx.target_names:
         return
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         original = params.original_max_position_embeddings
         top_level = ctx.model.text.get("original_max_position_embeddings")
         if params.rope_type == "llama3" and original != LLAMA_CPP_LLAMA3_ORIGINAL and top_level != original:
@@ -238,9 +238,9 @@ def llama_cpp_llama3_original(ctx: LintContext) -> Iterator[Hit]:
     reference="https://github.com/IBM/text-generation-inference/pull/61",
 )
 def tgi_linear_static(ctx: LintContext) -> Iterator[Hit]:
-    if "tgi" not in ctx.targeted():
+    if "tgi" not in ctx.target_names:
         return
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         if params.rope_type == "linear" and (params.factor or 1) != 1:
             yield ctx.hit(
                 ctx.model.pointer(layer_type, "factor"),

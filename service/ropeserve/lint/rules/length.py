@@ -8,7 +8,7 @@ from typing import Any
 
 from ropeserve.config import RopeParams
 from ropeserve.config.rope_types import effective_factor, finite_positive
-from ropeserve.config.validate import SLIDING_WINDOW, window_problems
+from ropeserve.config.validate import SLIDING_WINDOW
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.engines import (
@@ -18,10 +18,9 @@ from ropeserve.lint.engines import (
     VLLM_MAX_LEN_SOURCE,
     VLLM_WINDOW_KEY_SOURCE,
     WindowCap,
-    cache_rows,
     cache_rows_for,
     derive_length,
-    length_keys,
+    first_length_key,
     position_capacity,
     scaled_length,
     tokenizer_limit,
@@ -32,6 +31,7 @@ from ropeserve.lint.versions import Version
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 ALL_LENGTH_KEYS = tuple(dict.fromkeys(VLLM_LENGTH_KEYS + SGLANG_LENGTH_KEYS + TGI_LENGTH_KEYS))
+_IS_LENGTH_KEY = frozenset(ALL_LENGTH_KEYS)
 ENGINE_LENGTH_FLAG = {"vllm": "--max-model-len", "sglang": "--context-length", "llama.cpp": "-c/--ctx-size"}
 
 
@@ -251,7 +251,8 @@ def _gemma3_cache(ctx: LintContext, params: RopeParams, limit: int, factor: floa
     catalogue="LEN-005",
 )
 def tokenizer_limit_lower(ctx: LintContext) -> Iterator[Hit]:
-    limit, capacity = tokenizer_limit(ctx.tokenizer_config), position_capacity(ctx.model)
+    limit = tokenizer_limit(ctx.tokenizer_config)
+    capacity = None if limit is None else position_capacity(ctx.model)
     if limit is None or capacity is None or limit >= capacity:
         return
     yield Hit(
@@ -273,7 +274,7 @@ def tokenizer_limit_lower(ctx: LintContext) -> Iterator[Hit]:
     catalogue="LEN-006",
 )
 def several_length_keys(ctx: LintContext) -> Iterator[Hit]:
-    present = {k: v for k, v in ctx.model.text.items() if k in ALL_LENGTH_KEYS and isinstance(v, int)}
+    present = {k: v for k, v in ctx.model.text.items() if k in _IS_LENGTH_KEY and isinstance(v, int)}
     if len(set(present.values())) < 2:
         return
     picks = "; ".join(f"{engine}: {length.derived_from}" for engine, length in ctx.lengths.items())
@@ -295,7 +296,7 @@ def several_length_keys(ctx: LintContext) -> Iterator[Hit]:
     catalogue="LEN-007",
 )
 def no_length_key(ctx: LintContext) -> Iterator[Hit]:
-    if ctx.model.error is None and not length_keys(ctx.model, ALL_LENGTH_KEYS):
+    if ctx.model.error is None and first_length_key(ctx.model, ALL_LENGTH_KEYS) is None:
         yield ctx.hit(
             pointers.join(ctx.model.text_pointer, "max_position_embeddings"),
             "no max_position_embeddings (or other length key): vLLM and SGLang assume 2048 tokens",
@@ -314,10 +315,10 @@ def no_length_key(ctx: LintContext) -> Iterator[Hit]:
 )
 def draft_shorter_than_target(ctx: LintContext) -> Iterator[Hit]:
     served = ctx.served("vllm")
-    if ctx.draft is None or served is None or "vllm" not in ctx.targeted():
+    if ctx.draft is None or served is None or "vllm" not in ctx.target_names:
         return
     draft = derive_length(ctx.draft, "vllm")
-    rows = cache_rows(ctx.draft, "vllm")
+    rows = draft.cache_rows
     limit = min(n for n in (draft.derived, rows) if n is not None) if (draft.derived or rows) else None
     if limit is not None and limit < served:
         yield Hit(
@@ -340,7 +341,8 @@ def draft_shorter_than_target(ctx: LintContext) -> Iterator[Hit]:
     reference=f"{NOTE} §4 items 1-4",
 )
 def length_beyond_rope_capacity(ctx: LintContext) -> Iterator[Hit]:
-    capacity, requested = position_capacity(ctx.model), ctx.requested
+    requested = ctx.requested
+    capacity = None if requested is None else position_capacity(ctx.model)
     if capacity is None or requested is None or requested <= capacity:
         return
     main = ctx.model.main
@@ -509,7 +511,7 @@ def _no_windowed_layer(text: Mapping[str, Any]) -> tuple[int, int] | None:
 def _written_window(ctx: LintContext) -> int | None:
     """The config's ``sliding_window`` when it is one valid window (a per-layer list or an invalid value: None)."""
     value = ctx.model.text.get(SLIDING_WINDOW)
-    if isinstance(value, list) or value is None or any(window_problems(ctx.model.text)):
+    if isinstance(value, list) or value is None or ctx.model.window_problems:
         return None
     return int(value)
 

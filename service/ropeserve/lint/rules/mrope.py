@@ -5,13 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from ropeserve.config import RopeParams
 from ropeserve.config.jsonsafe import INT64_MAX
 from ropeserve.config.rope_types import finite_positive
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
-from ropeserve.lint.rules.common import entries, fmt, rope_layers, written_type
+from ropeserve.lint.rules.common import fmt, written_type
 from ropeserve.lint.versions import Version
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -26,10 +25,6 @@ def interleaved_split(section: tuple[int, ...], half: int) -> tuple[int, int, in
     return half - height - width, height, width
 
 
-def _mrope_layers(ctx: LintContext) -> Iterator[tuple[str, RopeParams]]:
-    yield from ((name, p) for name, p in rope_layers(ctx) if p.mrope_section is not None)
-
-
 @rule(
     "RS501",
     "mrope-section-sum",
@@ -40,7 +35,7 @@ def _mrope_layers(ctx: LintContext) -> Iterator[tuple[str, RopeParams]]:
     catalogue="MRP-001",
 )
 def mrope_section_sum(ctx: LintContext) -> Iterator[Hit]:
-    for layer_type, params in _mrope_layers(ctx):
+    for layer_type, params in ctx.model.mrope_layers.items():
         half, total = params.rotary_dim // 2, sum(params.mrope_section or ())
         if total != half:
             yield ctx.hit(
@@ -62,7 +57,7 @@ def mrope_section_sum(ctx: LintContext) -> Iterator[Hit]:
     catalogue="MRP-002",
 )
 def mrope_interleaved_unrealizable(ctx: LintContext) -> Iterator[Hit]:
-    for layer_type, params in _mrope_layers(ctx):
+    for layer_type, params in ctx.model.mrope_layers.items():
         section, half = tuple(params.mrope_section or ()), params.rotary_dim // 2
         if params.mrope_layout != "interleaved" or sum(section) != half:
             continue
@@ -90,7 +85,7 @@ def mrope_layout_family_mismatch(ctx: LintContext) -> Iterator[Hit]:
     expected = ctx.model.family.mrope_layout
     if expected is None:
         return
-    for entry in entries(ctx):
+    for entry in ctx.model.written_entries:
         declared = "interleaved" if entry.get("mrope_interleaved") else "chunked"
         if declared != expected and (entry.has("mrope_section") or entry.has("mrope_interleaved")):
             yield ctx.hit(
@@ -112,9 +107,9 @@ def mrope_layout_family_mismatch(ctx: LintContext) -> Iterator[Hit]:
 )
 def mrope_gptj_on_vllm(ctx: LintContext) -> Iterator[Hit]:
     pairing = ctx.intent.pairing or ctx.pairing
-    if pairing != "gptj" or "vllm" not in ctx.targeted():
+    if pairing != "gptj" or "vllm" not in ctx.target_names:
         return
-    for layer_type, _ in _mrope_layers(ctx):
+    for layer_type, _ in ctx.model.mrope_layers.items():
         yield ctx.hit(
             ctx.model.pointer(layer_type, "mrope_section"),
             "M-RoPE with GPT-J (interleaved pairs) pairing: vLLM's Triton M-RoPE kernel rotates NeoX halves "
@@ -152,7 +147,7 @@ def _video_extent(ctx: LintContext) -> float:
     catalogue="MRP-005",
 )
 def mrope_positions_exceed_cache(ctx: LintContext) -> Iterator[Hit]:
-    if next(_mrope_layers(ctx), None) is None:
+    if not ctx.model.mrope_layers:
         return
     extent = _video_extent(ctx)
     for engine in ctx.targeted("vllm", "sglang"):
@@ -205,7 +200,7 @@ def qwen25vl_video_interval(ctx: LintContext) -> Iterator[Hit]:
     catalogue="MRP-007",
 )
 def legacy_mrope_type(ctx: LintContext) -> Iterator[Hit]:
-    for entry in entries(ctx):
+    for entry in ctx.model.written_entries:
         if written_type(entry) == "mrope":
             key = "rope_type" if entry.has("rope_type") else "type"
             yield ctx.hit(
@@ -225,9 +220,9 @@ def legacy_mrope_type(ctx: LintContext) -> Iterator[Hit]:
     catalogue="MRP-008",
 )
 def llama_cpp_mrope(ctx: LintContext) -> Iterator[Hit]:
-    if "llama.cpp" not in ctx.targeted():
+    if "llama.cpp" not in ctx.target_names:
         return
-    for layer_type, params in _mrope_layers(ctx):
+    for layer_type, params in ctx.model.mrope_layers.items():
         kind = "IMROPE" if params.mrope_layout == "interleaved" else "MROPE"
         yield ctx.hit(
             ctx.model.pointer(layer_type, "mrope_section"),
@@ -247,7 +242,7 @@ def llama_cpp_mrope(ctx: LintContext) -> Iterator[Hit]:
     reference=f"{NOTE} §1.5 (vLLM uses_mrope)",
 )
 def mrope_section_missing(ctx: LintContext) -> Iterator[Hit]:
-    for layer_type, params in _mrope_layers(ctx):
+    for layer_type, params in ctx.model.mrope_layers.items():
         if ctx.model.source(layer_type, "mrope_section") == "default:family":
             entry = ctx.model.main_entry
             base = entry.pointer if entry is not None else pointers.join(ctx.model.text_pointer, "rope_parameters")
@@ -300,7 +295,7 @@ def vllm_mrope_default_type(ctx: LintContext) -> Iterator[Hit]:
     target = ctx.intent.target("vllm")
     if target is None or not target.spec.may_predate(VLLM_MROPE_AS_DEFAULT):
         return
-    for entry in entries(ctx):
+    for entry in ctx.model.written_entries:
         if written_type(entry) == "default" and entry.has("mrope_section"):
             yield ctx.hit(
                 entry.key_pointer("rope_type" if entry.has("rope_type") else "type"),

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
-from ropeserve.lint.rules.common import rope_layers
 
 ERROR, WARNING = Severity.ERROR, Severity.WARNING
 LLAMA_DEFAULT_ROPE_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
@@ -47,9 +46,9 @@ def pairing_mismatch(ctx: LintContext) -> Iterator[Hit]:
     catalogue="LAY-002",
 )
 def partial_rotary_ignored(ctx: LintContext) -> Iterator[Hit]:
-    if ctx.model.model_type not in LLAMA_DEFAULT_ROPE_TYPES or "transformers" not in ctx.targeted():
+    if ctx.model.model_type not in LLAMA_DEFAULT_ROPE_TYPES or "transformers" not in ctx.target_names:
         return
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         if params.rope_type == "default" and params.partial_rotary_factor < 1:
             yield ctx.hit(
                 ctx.model.pointer(layer_type, "partial_rotary_factor"),
@@ -72,7 +71,7 @@ def partial_rotary_ignored(ctx: LintContext) -> Iterator[Hit]:
 def longrope_gptj_on_vllm(ctx: LintContext) -> Iterator[Hit]:
     pairing = ctx.intent.pairing or ctx.pairing
     main = ctx.model.main
-    if main is None or main.rope_type != "longrope" or pairing != "gptj" or "vllm" not in ctx.targeted():
+    if main is None or main.rope_type != "longrope" or pairing != "gptj" or "vllm" not in ctx.target_names:
         return
     yield ctx.hit(
         pointers.join(ctx.model.text_pointer, "model_type"),

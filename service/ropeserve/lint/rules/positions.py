@@ -12,7 +12,7 @@ ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
 def _uses_mrope(ctx: LintContext) -> bool:
-    return any(p.mrope_section is not None for p in ctx.model.layers.values())
+    return bool(ctx.model.mrope_layers)
 
 
 @rule(

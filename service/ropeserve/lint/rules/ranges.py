@@ -8,12 +8,11 @@ from ropeserve.config.rope_types import Problem
 from ropeserve.config.rope_types.base import ProblemKind
 from ropeserve.config.rope_types.yarn import BETA_FAST as YARN_BETA_FAST
 from ropeserve.config.rope_types.yarn import BETA_SLOW as YARN_BETA_SLOW
-from ropeserve.config.validate import problems, window_problems
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
 from ropeserve.lint.model import MAX_HEAD_DIM
-from ropeserve.lint.rules.common import definition_of, is_yarn, rope_layers
+from ropeserve.lint.rules.common import definition_of, is_yarn
 
 ERROR, WARNING = Severity.ERROR, Severity.WARNING
 
@@ -28,7 +27,7 @@ ERROR, WARNING = Severity.ERROR, Severity.WARNING
     catalogue="RNG-001",
 )
 def factor_below_one(ctx: LintContext) -> Iterator[Hit]:
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         definition = definition_of(params.rope_type)
         if definition is not None and definition.scales and params.factor is not None and 0 < params.factor < 1:
             yield ctx.hit(
@@ -48,7 +47,7 @@ def factor_below_one(ctx: LintContext) -> Iterator[Hit]:
     catalogue="RNG-002",
 )
 def yarn_beta_order(ctx: LintContext) -> Iterator[Hit]:
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         if not is_yarn(params.rope_type):
             continue
         for key, default in (("beta_fast", YARN_BETA_FAST), ("beta_slow", YARN_BETA_SLOW)):
@@ -95,7 +94,7 @@ def llama3_frequency_factors(ctx: LintContext) -> Iterator[Hit]:
     catalogue="RNG-003",
 )
 def llama3_original_length(ctx: LintContext) -> Iterator[Hit]:
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         original, limit = params.original_max_position_embeddings, params.max_position_embeddings
         if params.rope_type == "llama3" and original and limit and original >= limit:
             yield ctx.hit(
@@ -134,7 +133,7 @@ def longrope_factor_length(ctx: LintContext) -> Iterator[Hit]:
     catalogue="RNG-005",
 )
 def rotary_dim_invalid(ctx: LintContext) -> Iterator[Hit]:
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         factor = params.partial_rotary_factor
         if not 0 < factor <= 1:
             key, problem = "partial_rotary_factor", f"partial_rotary_factor {factor:g} is outside (0, 1]"
@@ -156,8 +155,8 @@ def rotary_dim_invalid(ctx: LintContext) -> Iterator[Hit]:
 
 def validator_problems(ctx: LintContext, kind: ProblemKind) -> Iterator[tuple[str, Problem]]:
     """``(layer type, problem)`` for each problem of ``kind`` the service's validator finds in a RoPE layer."""
-    for layer_type, params in rope_layers(ctx):
-        yield from ((layer_type, problem) for problem in problems(params) if problem.kind == kind)
+    for layer_type, found in ctx.model.layer_problems.items():
+        yield from ((layer_type, problem) for problem in found if problem.kind == kind)
 
 
 @rule(
@@ -183,7 +182,7 @@ def parameter_out_of_domain(ctx: LintContext) -> Iterator[Hit]:
     reference="https://github.com/vllm-project/vllm/pull/17772",
 )
 def sliding_window_invalid(ctx: LintContext) -> Iterator[Hit]:
-    for problem in window_problems(ctx.model.text):
+    for problem in ctx.model.window_problems:
         yield ctx.hit(
             pointers.join(ctx.model.text_pointer, problem.key),
             problem.message,

@@ -12,7 +12,7 @@ from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.engines import REQUIRED_KEYS, TOP_LEVEL_FOLDED, rope_kinds, support
 from ropeserve.lint.findings import NOTE, SPEC, Hit, Severity, rule
-from ropeserve.lint.rules.common import TRANSFORMERS_5, canonical_type, entries, is_yarn, rope_layers, written_type
+from ropeserve.lint.rules.common import TRANSFORMERS_5, canonical_type, is_yarn, written_type
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 ALLOWED_TYPE_PAIRS = (frozenset({"su", "longrope"}), frozenset({"mrope", "default"}))
@@ -68,7 +68,7 @@ def config_unreadable(ctx: LintContext) -> Iterator[Hit]:
     catalogue="SCH-001",
 )
 def type_conflict(ctx: LintContext) -> Iterator[Hit]:
-    for entry in entries(ctx):
+    for entry in ctx.model.written_entries:
         legacy, current = entry.get("type"), entry.get("rope_type")
         if not isinstance(legacy, str) or not isinstance(current, str) or legacy == current:
             continue
@@ -91,7 +91,7 @@ def type_conflict(ctx: LintContext) -> Iterator[Hit]:
     catalogue="SCH-002",
 )
 def legacy_type_key(ctx: LintContext) -> Iterator[Hit]:
-    for entry in entries(ctx):
+    for entry in ctx.model.written_entries:
         if entry.has("type") and not entry.has("rope_type"):
             yield ctx.hit(
                 entry.key_pointer("type"),
@@ -111,7 +111,7 @@ def legacy_type_key(ctx: LintContext) -> Iterator[Hit]:
     catalogue="SCH-003",
 )
 def mrope_without_section(ctx: LintContext) -> Iterator[Hit]:
-    for entry in entries(ctx):
+    for entry in ctx.model.written_entries:
         if written_type(entry) == "mrope" and not entry.has("mrope_section"):
             yield ctx.hit(
                 entry.key_pointer("mrope_section"),
@@ -130,7 +130,7 @@ def mrope_without_section(ctx: LintContext) -> Iterator[Hit]:
     catalogue="SCH-004",
 )
 def su_alias(ctx: LintContext) -> Iterator[Hit]:
-    for entry in entries(ctx):
+    for entry in ctx.model.written_entries:
         for key in ("rope_type", "type"):
             if entry.get(key) == "su":
                 yield ctx.hit(
@@ -151,7 +151,7 @@ def su_alias(ctx: LintContext) -> Iterator[Hit]:
 )
 def engine_unsupported(ctx: LintContext) -> Iterator[Hit]:
     seen = set()
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         for kind in rope_kinds(params):
             for target in ctx.targets():
                 cell = support(kind, target.name)
@@ -192,11 +192,12 @@ def _dropped_scaling(ctx: LintContext, pointer: str, kind: str, engine: str, not
     )
 
 
-def _present(entry: RopeEntry, key: str, engine: str, ctx: LintContext) -> bool:
-    if entry.has(key):
-        return True
-    folded = engine in ("vllm", "sglang") and key in TOP_LEVEL_FOLDED
-    return folded and ctx.model.text.get(key) is not None
+def _present_keys(entry: RopeEntry, engine: str, ctx: LintContext) -> set[str]:
+    """The keys ``engine`` finds in the rope dict: its own, plus the top-level ones vLLM and SGLang fold in."""
+    present = set(entry.data or ())
+    if engine in ("vllm", "sglang"):
+        present.update(key for key in TOP_LEVEL_FOLDED if ctx.model.text.get(key) is not None)
+    return present
 
 
 @rule(
@@ -209,11 +210,15 @@ def _present(entry: RopeEntry, key: str, engine: str, ctx: LintContext) -> bool:
     catalogue="SCH-006",
 )
 def missing_required_key(ctx: LintContext) -> Iterator[Hit]:
-    for entry in entries(ctx):
+    for entry in ctx.model.written_entries:
         rope_type = canonical_type(entry)
         for target in ctx.targets(*REQUIRED_KEYS):
-            for alternatives in REQUIRED_KEYS[target.name].get(rope_type or "", ()):
-                if any(_present(entry, key, target.name, ctx) for key in alternatives):
+            requirements = REQUIRED_KEYS[target.name].get(rope_type or "", ())
+            if not requirements:
+                continue
+            present = _present_keys(entry, target.name, ctx)
+            for alternatives in requirements:
+                if not present.isdisjoint(alternatives):
                     continue
                 wanted = " or ".join(alternatives)
                 yield ctx.hit(
@@ -234,7 +239,7 @@ def missing_required_key(ctx: LintContext) -> Iterator[Hit]:
     catalogue="SCH-007",
 )
 def unknown_rope_key(ctx: LintContext) -> Iterator[Hit]:
-    for entry in entries(ctx):
+    for entry in ctx.model.written_entries:
         allowed = allowed_keys(canonical_type(entry) or "default")
         if allowed is None:
             continue
@@ -259,7 +264,7 @@ def unknown_rope_key(ctx: LintContext) -> Iterator[Hit]:
     catalogue="SCH-008",
 )
 def yarn_attention_factor(ctx: LintContext) -> Iterator[Hit]:
-    for entry in entries(ctx):
+    for entry in ctx.model.written_entries:
         if not is_yarn(canonical_type(entry)) or not entry.has("attention_factor") or entry.has("attn_factor"):
             continue
         for engine in ctx.targeted("vllm", "sglang", "tgi"):
@@ -276,7 +281,7 @@ def yarn_attention_factor(ctx: LintContext) -> Iterator[Hit]:
 def _disagreements(ctx: LintContext) -> Iterator[tuple[str, str, str]]:
     """(pointer read, pointer shadowed, which wins) for every pair of places that both set a rope value."""
     text, text_pointer = ctx.model.text, ctx.model.text_pointer
-    for entry in entries(ctx):
+    for entry in ctx.model.written_entries:
         for key, winner in (
             ("rope_theta", "the rope dict's value (transformers setdefault)"),
             ("partial_rotary_factor", "the rope dict's value (transformers setdefault)"),
@@ -344,7 +349,7 @@ def alias_key(ctx: LintContext) -> Iterator[Hit]:
     catalogue="SCH-011",
 )
 def rope_theta_invalid(ctx: LintContext) -> Iterator[Hit]:
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         if not math.isfinite(params.rope_theta) or params.rope_theta <= 1:
             yield ctx.hit(
                 ctx.model.pointer(layer_type, "rope_theta"),
@@ -367,7 +372,7 @@ ENGINE_FALLBACK_THETA = 10_000.0
     catalogue="SCH-011",
 )
 def rope_theta_missing(ctx: LintContext) -> Iterator[Hit]:
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         if ctx.model.source(layer_type, "rope_theta") != "default:family" or params.rope_theta == ENGINE_FALLBACK_THETA:
             continue  # a class default of 10000 (Llama-2, Baichuan, InternLM, ChatGLM...) is what engines use too
         yield ctx.hit(
@@ -396,9 +401,9 @@ def _theta_pointer(ctx: LintContext, layer_type: str) -> str:
 )
 def engine_support_unverified(ctx: LintContext) -> Iterator[Hit]:
     seen = set()
-    for layer_type, params in rope_layers(ctx):
+    for layer_type, params in ctx.model.layers.items():
         for kind in rope_kinds(params):
-            for engine in ctx.targeted():
+            for engine in ctx.target_names:
                 if support(kind, engine).level == "?" and (kind, engine) not in seen:
                     seen.add((kind, engine))
                     yield ctx.hit(
