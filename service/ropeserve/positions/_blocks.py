@@ -63,32 +63,34 @@ class Blocks:
 
 
 def time_factors(
-    kind: np.ndarray, seconds: torch.Tensor, tokens_per_second: float, compat: MRopeCompat
-) -> tuple[np.ndarray, float | None]:
+    kind: np.ndarray, frames: np.ndarray, seconds: np.ndarray, tokens_per_second: float, compat: MRopeCompat
+) -> tuple[np.ndarray | None, float | None]:
     """Qwen2.5-VL: ``([G] step, scale)`` with ``T offset of frame k = floor((k * step) * scale)`` (no ``* scale``
-    when None), computed in torch as the reproduced implementation does.
+    when None), in the dtype of ``seconds`` with one rounding per multiply, as the reproduced torch code computes it.
 
-    ``seconds`` ``[G]`` float tensor: each video block's ``second_per_grid_t`` (other blocks: any value).
-    transformers: step ``tokens_per_second * second_per_grid_t`` (rounded to the tensor's dtype first), 1 for
-    images; vLLM / SGLang: step ``second_per_grid_t`` then ``* tokens_per_second``, 0 for images.
+    ``kind``, ``frames`` ``[G]`` int64: each block's kind and merged ``t``. ``seconds`` ``[G]`` float32 or float64:
+    each video block's ``second_per_grid_t`` (other blocks: any value). transformers: step ``tokens_per_second *
+    second_per_grid_t`` (rounded to the seconds' dtype first), 1 for images; vLLM / SGLang: step
+    ``second_per_grid_t`` then ``* tokens_per_second``, 0 for images. ``(None, None)`` (offset = frame) when no block
+    is a video and none has more than one frame: frame 0's offset is 0 whatever the step (a video keeps its step,
+    whose size is checked).
     """
+    is_video = kind == VIDEO_TOKEN
+    if not is_video.any() and frames.max(initial=1) == 1:
+        return None, None
     rule = COMPAT_RULES[compat]
-    is_video = torch.from_numpy(kind == VIDEO_TOKEN)
-    other = torch.where(
-        torch.from_numpy(kind == IMAGE_TOKEN),
-        torch.full_like(seconds, rule.image_time_step),
-        torch.ones_like(seconds),
-    )
+    other = np.where(kind == IMAGE_TOKEN, rule.image_time_step, 1.0).astype(seconds.dtype)
     if rule.seconds_first:
-        return torch.where(is_video, seconds, other).numpy(), tokens_per_second
-    return torch.where(is_video, seconds * tokens_per_second, other).numpy(), None
+        return np.where(is_video, seconds, other), tokens_per_second
+    with np.errstate(over="ignore"):  # a step past the float range is refused by _last_frame_offsets
+        return np.where(is_video, seconds * tokens_per_second, other), None
 
 
 def frame_strides(kind: np.ndarray, thw: np.ndarray) -> np.ndarray:
     """HY-V4-VL: ``[G]`` per-frame offset on all axes, ``max(h, w)`` of vision blocks (w with the row-end token),
     0 for text and padding."""
     is_vision = (kind == IMAGE_TOKEN) | (kind == VIDEO_TOKEN)
-    return np.where(is_vision, thw[:, 1:].max(axis=1), 0)
+    return np.where(is_vision, np.maximum(thw[:, 1], thw[:, 2]), 0)
 
 
 MAX_TIME_OFFSET = 2**53
@@ -96,19 +98,22 @@ MAX_TIME_OFFSET = 2**53
 ``.long()`` would wrap)."""
 
 
-def _scaled_frames(frames: np.ndarray, time_step: np.ndarray, time_scale: float | None) -> torch.Tensor:
-    """``(frame * step) * scale`` as float tensors: torch multiplies in the step's dtype (the scale a Python float)."""
-    step = torch.from_numpy(time_step)
-    scaled = torch.from_numpy(frames).to(step.dtype) * step
-    return scaled if time_scale is None else scaled * time_scale
+def _scaled_frames(frames: np.ndarray, time_step: np.ndarray, time_scale: float | None) -> np.ndarray:
+    """``(frame * step) * scale`` in the step's float dtype, as torch computes it: the frame converted to that dtype,
+    the Python-float scale rounded to it, one IEEE rounding per multiply (numpy 2 and torch agree bit for bit, see
+    the tests). Overflow gives inf and ``0 * inf`` NaN, silently: :func:`_last_frame_offsets` refuses both."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = frames.astype(time_step.dtype) * time_step
+        return scaled if time_scale is None else scaled * time_scale
 
 
 def _temporal_offsets(frames: np.ndarray, time_step: np.ndarray | None, time_scale: float | None = None) -> np.ndarray:
-    """``floor((frame * step) * scale)`` exactly as the reproduced code, then ``.long()`` (checked by
-    :func:`_extents` on each block's last frame first)."""
+    """``floor((frame * step) * scale)`` exactly as the reproduced code, then torch's ``.long()`` (a truncation,
+    which numpy's cast to int64 shares for the finite values >= 0 met here, checked by :func:`_extents` on each
+    block's last frame first)."""
     if time_step is None:
         return frames
-    return _scaled_frames(frames, time_step, time_scale).long().numpy()
+    return _scaled_frames(frames, time_step, time_scale).astype(np.int64)
 
 
 def _last_frame_offsets(blocks: Blocks) -> np.ndarray:
@@ -116,84 +121,99 @@ def _last_frame_offsets(blocks: Blocks) -> np.ndarray:
     (every frame's offset is at most the last one's: steps are >= 0)."""
     assert blocks.time_step is not None
     scaled = _scaled_frames(blocks.thw[:, 0] - 1, blocks.time_step, blocks.time_scale)
-    bad = ~torch.isfinite(scaled) | (scaled > MAX_TIME_OFFSET)
-    if bool(bad.any()):
+    bad = ~(scaled <= MAX_TIME_OFFSET)  # NaN compares False
+    if bad.any():
         raise InvalidInput(
             f"a video's temporal position offset (frame × tokens_per_second × second_per_grid_t) is "
             f"{float(scaled[bad][0])}; it must be finite and at most 2**53",
             field="second_per_grid_t",
         )
-    return scaled.long().numpy()
+    return scaled.astype(np.int64)
 
 
-def _extents(blocks: Blocks) -> np.ndarray:
-    """``[G]`` largest position of each block relative to its start (text: length - 1)."""
-    extents: np.ndarray  # numpy types reductions and ufuncs over untyped-dtype arrays as Any
+def _extents(blocks: Blocks, side: np.ndarray) -> np.ndarray:
+    """``[G]`` largest position of each block relative to its start (text: length - 1); ``side`` is ``max(h, w)``."""
+    extents: np.ndarray  # numpy types ufuncs over untyped-dtype arrays as Any
+    frames = blocks.thw[:, 0]
     if blocks.frame_stride is not None:
-        strided = (blocks.thw[:, 0] - 1) * blocks.frame_stride + blocks.thw[:, 1:].max(axis=1) - 1
-        extents = np.maximum(blocks.thw.max(axis=1) - 1, strided)
+        strided = (frames - 1) * blocks.frame_stride + side - 1
+        extents = np.maximum(np.maximum(frames, side) - 1, strided)
     elif blocks.time_step is None:
-        extents = blocks.thw.max(axis=1) - 1
+        extents = np.maximum(frames, side) - 1
     else:
-        last_frame = _last_frame_offsets(blocks)
-        extents = np.maximum(last_frame, blocks.thw[:, 1:].max(axis=1) - 1)
+        extents = np.maximum(_last_frame_offsets(blocks), side - 1)
     return extents
 
 
-def _advance_transformers5(blocks: Blocks, extents: np.ndarray) -> np.ndarray:
+def _advance_transformers5(side: np.ndarray, extents: np.ndarray) -> np.ndarray:
     # Text (1, 1, n) advances by n; vision by max(h, w): the temporal extent is ignored.
-    advance: np.ndarray = blocks.thw[:, 1:].max(axis=1)
+    return side
+
+
+def _advance_transformers4(side: np.ndarray, extents: np.ndarray) -> np.ndarray:
+    advance: np.ndarray = extents + 1
     return advance
 
 
-def _advance_transformers4(blocks: Blocks, extents: np.ndarray) -> np.ndarray:
-    return extents + 1
-
-
-ADVANCE_RULES: dict[bool, Callable[[Blocks, np.ndarray], np.ndarray]] = {
+ADVANCE_RULES: dict[bool, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     False: _advance_transformers5,
     True: _advance_transformers4,
 }
-"""``CompatRule.next_start_after_max`` -> ``[G]`` distance from a block's start to the next block's start."""
+"""``CompatRule.next_start_after_max`` -> ``(side, extents)`` -> ``[G]`` distance from a block's start to the next
+block's start (``side``: ``max(h, w)`` of each block)."""
 
 
 def _starts(advance: np.ndarray, row: np.ndarray, row_first_block: np.ndarray) -> np.ndarray:
     """``[G]`` start of each block: the exclusive running sum of ``advance``, restarted at every row."""
-    global_start = np.cumsum(advance) - advance
+    global_start = advance.cumsum()
+    global_start -= advance
     starts: np.ndarray = global_start - global_start[row_first_block][row]
     return starts
 
 
-def _line_values(blocks: Blocks, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per line: first token's ``[3, Lc]`` T/H/W, ``[3, Lc]`` step along the line, ``[Lc]`` length."""
+def _line_jumps(blocks: Blocks, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per line: ``[3, Lc]`` T/H/W jump from the previous line's last token (in the flat ``[B * T]`` order; the first
+    line: from 0) to the line's first token, ``[3, Lc]`` step along the line, ``[Lc]`` length.
+
+    A block's lines are its frames' rows: line ``k`` of a block is row ``k % h`` of frame ``k // h``; its first token
+    is at ``T = start + offset(frame)``, ``H = start + row``, ``W = start`` (plus ``frame * stride`` on all axes for
+    HY-V4-VL).
+    """
     frames, rows, columns = blocks.thw.T
     lines_per_block = frames * rows
-    line_ends = np.cumsum(lines_per_block)
-    per_block = np.vstack([starts, rows, columns, line_ends - lines_per_block, _LINE_STEP[:, blocks.kind]])
-    per_line = np.repeat(per_block, lines_per_block, axis=1)  # one batched gather for all of the above
-    start, rows_per_frame, length, first_line = per_line[:4]
-    frame, row_in_frame = np.divmod(np.arange(line_ends[-1]) - first_line, rows_per_frame)
-    step = None if blocks.time_step is None else np.repeat(blocks.time_step, lines_per_block)
-    values = np.stack([start + _temporal_offsets(frame, step, blocks.time_scale), start + row_in_frame, start])
+    block_of_line = np.arange(frames.size).repeat(lines_per_block)
+    first_line = lines_per_block.cumsum()
+    first_line -= lines_per_block
+    frame, row_in_frame = np.divmod(np.arange(block_of_line.size) - first_line[block_of_line], rows[block_of_line])
+    start = starts[block_of_line]
+    step = None if blocks.time_step is None else blocks.time_step[block_of_line]
+    values = np.empty((3, block_of_line.size), dtype=np.int64)
+    np.add(start, _temporal_offsets(frame, step, blocks.time_scale), out=values[0])
+    np.add(start, row_in_frame, out=values[1])
+    values[2] = start
     if blocks.frame_stride is not None:
-        offset = frame * np.repeat(blocks.frame_stride, lines_per_block)  # text/padding lines: frame 0
+        offset = frame * blocks.frame_stride[block_of_line]  # text/padding lines: frame 0
         values[0] = start + offset
         values[1:] += offset
-    return values, per_line[4:], length
+    steps = _LINE_STEP[:, blocks.kind[block_of_line]]
+    lengths = columns[block_of_line]
+    last = steps * (lengths - 1)
+    last += values
+    values[:, 1:] -= last[:, :-1]  # int64 wrap-around cancels out in the running sum
+    return values, steps, lengths
 
 
-def _expand_lines(values: np.ndarray, steps: np.ndarray, lengths: np.ndarray) -> torch.Tensor:
-    """``[3, total]`` int64 token positions ``values[:, l] + steps[:, l] * column`` of lines tiling ``total`` tokens.
-
-    Written as one running sum of per-token differences: each line's step, except at the line's first token,
-    which carries the jump from the previous line's last position (int64 wrap-around cancels out in the sum).
-    """
-    first_token = np.cumsum(lengths) - lengths
-    jumps = values.copy()
-    jumps[:, 1:] -= (values + steps * (lengths - 1))[:, :-1]
-    differences = np.repeat(steps, lengths, axis=1)
+def _expand_lines(jumps: np.ndarray, steps: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``[3, total]`` int64 token positions of lines tiling ``total`` tokens, as one running sum of per-token
+    differences: each line's step, except at the line's first token, which carries the jump from the previous
+    line's last position. The running sum is torch's, in place on the numpy array (as fast as numpy's for a few
+    thousand tokens, several times faster beyond)."""
+    first_token = lengths.cumsum()
+    first_token -= lengths
+    differences = steps.repeat(lengths, axis=1)
     differences[:, first_token] = jumps
-    return torch.from_numpy(differences).cumsum_(dim=1)
+    torch.from_numpy(differences).cumsum_(dim=1)
+    return differences
 
 
 @dataclass(frozen=True)
@@ -203,7 +223,7 @@ class PositionPlan:
     num_rows: int
     width: int
     deltas: np.ndarray  # [B, 1] int64
-    line_values: np.ndarray  # [3, Lc] int64
+    line_jumps: np.ndarray  # [3, Lc] int64
     line_steps: np.ndarray  # [3, Lc] int64
     line_lengths: np.ndarray  # [Lc] int64
 
@@ -211,11 +231,11 @@ class PositionPlan:
         """``position_ids`` ``[3, B, width]`` int64 and ``mrope_position_deltas`` ``[B, 1]`` int64 on ``device``
         (None: the CPU)."""
         if self.num_rows * self.width == 0:
-            positions = torch.zeros((3, self.num_rows, self.width), dtype=torch.long)
+            positions = np.zeros((3, 0), dtype=np.int64)
         else:
-            positions = _expand_lines(self.line_values, self.line_steps, self.line_lengths)
-        position_ids = positions.view(3, self.num_rows, self.width)
-        return (position_ids if device is None else position_ids.to(device)), tensor_on(self.deltas, device)
+            positions = _expand_lines(self.line_jumps, self.line_steps, self.line_lengths)
+        position_ids = tensor_on(positions.reshape(3, self.num_rows, self.width), device)
+        return position_ids, tensor_on(self.deltas, device)
 
 
 def plan_positions(
@@ -235,9 +255,11 @@ def plan_positions(
     if num_rows * width == 0:
         none = np.zeros((3, 0), dtype=np.int64)
         return PositionPlan(num_rows, width, np.zeros((num_rows, 1), dtype=np.int64), none, none, none[0])
-    extents = _extents(blocks)
-    advance = ADVANCE_RULES[continue_after_max](blocks, extents)
-    if float(advance.sum(dtype=np.float64)) + float(extents.max()) > POSITION_CEILING:  # before any int64 sum
+    side = np.maximum(blocks.thw[:, 1], blocks.thw[:, 2])
+    extents = _extents(blocks, side)
+    advance = ADVANCE_RULES[continue_after_max](side, extents)
+    # Without a time step a block's advance and extent stay below its token count (at most MAX_ELEMENTS in all).
+    if blocks.time_step is not None and float(advance.sum(dtype=np.float64)) + float(extents.max()) > POSITION_CEILING:
         raise InvalidInput(
             f"M-RoPE positions would pass {POSITION_CEILING}: tokens_per_second or second_per_grid_t is too large",
             field="second_per_grid_t",
@@ -246,11 +268,12 @@ def plan_positions(
     if is_padding is not None:
         advance = np.where(is_padding, 0, advance)
         extents = np.where(is_padding, -1, extents)  # a padding block raises no row maximum
-    row_first_block = np.searchsorted(blocks.row, np.arange(num_rows))
+    row_first_block = blocks.row.searchsorted(np.arange(num_rows))
     starts = _starts(advance, blocks.row, row_first_block)
-    row_max = np.maximum.reduceat(starts + extents, row_first_block)
-    deltas = (row_max + 1 - row_lengths)[:, None]
+    deltas = np.maximum.reduceat(starts + extents, row_first_block)
+    deltas -= row_lengths
+    deltas += 1
     if is_padding is not None:
         starts[is_padding] = fill_value  # a padding block is one line at the fill value, which does not advance
-    values, steps, lengths = _line_values(blocks, starts)
-    return PositionPlan(num_rows, width, deltas, values, steps, lengths)
+    jumps, steps, lengths = _line_jumps(blocks, starts)
+    return PositionPlan(num_rows, width, deltas.reshape(num_rows, 1), jumps, steps, lengths)

@@ -35,6 +35,7 @@ from ropeserve.positions._common import (
     check_element_limit,
     require_finite_float,
     require_int,
+    tensor_on,
 )
 from ropeserve.positions.families import DEFAULT_COMPAT, MRopeCompat, MRopeFamily
 from ropeserve.positions.mrope import (
@@ -260,38 +261,40 @@ def _padded_blocks(
         ordered = padding + blocks if padding_side == "left" else blocks + padding
         entries += ordered
         row_ids += [row] * len(ordered)
-    kind, t, h, w, seconds = zip(*entries, strict=True) if entries else ((), (), (), (), ())
-    kind_array = np.array(kind, dtype=np.int64)
-    time_step, time_scale = _time_steps(kind_array, seconds, settings)
-    thw = np.array((t, h, w), dtype=np.int64).T.reshape(-1, 3)
+    table = np.array(entries, dtype=np.float64).reshape(-1, 5)  # exact: sizes are at most MAX_ELEMENTS
+    kind = table[:, 0].astype(np.int64)
+    thw = table[:, 1:4].astype(np.int64)
+    time_step, time_scale = _time_steps(kind, thw[:, 0], table[:, 4], settings)
     return Blocks(
         row=np.array(row_ids, dtype=np.int64),
-        kind=kind_array,
+        kind=kind,
         thw=thw,
         time_step=time_step,
         has_padding=min(row_lengths, default=width) < width,
         time_scale=time_scale,
-        frame_stride=frame_strides(kind_array, thw) if settings.family.temporal_rule.frame_stride_all_axes else None,
+        frame_stride=frame_strides(kind, thw) if settings.family.temporal_rule.frame_stride_all_axes else None,
     )
 
 
 def _time_steps(
-    kind: np.ndarray, seconds: tuple[float, ...], settings: ModelSettings
+    kind: np.ndarray, frames: np.ndarray, seconds: np.ndarray, settings: ModelSettings
 ) -> tuple[np.ndarray | None, float | None]:
-    """Qwen2.5-VL: :func:`~ropeserve.positions._blocks.time_factors` of the blocks (float32 seconds);
-    ``(None, None)`` for the other families."""
+    """Qwen2.5-VL: :func:`~ropeserve.positions._blocks.time_factors` of the blocks (seconds rounded to float32, as
+    the processor's tensor holds them); ``(None, None)`` for the other families."""
     if not settings.family.temporal_rule.scales_by_seconds:
         return None, None
     assert settings.tokens_per_second is not None
-    return time_factors(kind, torch.tensor(seconds, dtype=torch.float32), settings.tokens_per_second, settings.compat)
+    with np.errstate(over="ignore"):  # seconds past the float32 range become inf, refused with the frame times
+        seconds32 = seconds.astype(np.float32)
+    return time_factors(kind, frames, seconds32, settings.tokens_per_second, settings.compat)
 
 
 def _row_mask(row_lengths: list[int], padding_side: PaddingSide, device: torch.device | str | None) -> torch.Tensor:
     """``[B, T]`` bool, ``T = max(row_lengths)``, real tokens on the right or left."""
     width = max(row_lengths, default=0)
-    lengths = torch.tensor(row_lengths, dtype=torch.long, device=device)[:, None]
-    columns = torch.arange(width, device=device)[None, :]
-    return columns >= width - lengths if padding_side == "left" else columns < lengths
+    lengths = np.array(row_lengths, dtype=np.int64).reshape(-1, 1)
+    columns = np.arange(width)
+    return tensor_on(columns >= width - lengths if padding_side == "left" else columns < lengths, device)
 
 
 def mrope_positions_from_segments(
