@@ -4,7 +4,7 @@ Vocabulary:
     block   a maximal run of text tokens, one image, one video (Qwen2/2.5-VL), one video frame (Qwen3-VL, GLM-4V)
             or a run of padding. The blocks of all rows, in order, tile the flat ``[B * T]`` output exactly.
     start   the position a block begins at; every axis of the block is offset by it.
-    extent  the block's largest position minus its start.
+    reach   the block's largest position minus its start, plus 1 (a text block's length).
     line    a run of consecutive tokens of one block along which only the column advances: one row of one frame
             of a vision block (``w`` tokens), or a whole text or padding block.
 
@@ -24,7 +24,7 @@ fixed number of batched operations and no Python loop.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -47,14 +47,13 @@ POSITION_CEILING = 2**62
 _LINE_STEP = np.array([[1, 0, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]], dtype=np.int64)
 
 
-@dataclass(frozen=True)
-class Blocks:
+class Blocks(NamedTuple):
     """One entry per block, in row-major order; the blocks of row ``b`` tile that row of the output."""
 
     row: np.ndarray  # [G] int64, non-decreasing; every row has at least one block
     kind: np.ndarray  # [G] int64: TEXT_TOKEN, IMAGE_TOKEN, VIDEO_TOKEN or PAD_BLOCK
     thw: np.ndarray  # [G, 3] int64 merged (t, h, w); text and padding: (1, 1, length)
-    time_step: np.ndarray | None  # [G] float T step per frame; None when every step is exactly 1
+    time_step: np.ndarray | None  # [G] float T step per frame; None when every frame's offset is its index
     has_padding: bool
     time_scale: float | None = None
     """Second float multiply of the frame time (vLLM / SGLang: tokens_per_second); None: none."""
@@ -63,26 +62,33 @@ class Blocks:
 
 
 def time_factors(
-    kind: np.ndarray, frames: np.ndarray, seconds: np.ndarray, tokens_per_second: float, compat: MRopeCompat
+    kind: np.ndarray,
+    frames: np.ndarray,
+    seconds: np.ndarray,
+    dtype: type[np.floating],
+    tokens_per_second: float,
+    compat: MRopeCompat,
 ) -> tuple[np.ndarray | None, float | None]:
     """Qwen2.5-VL: ``([G] step, scale)`` with ``T offset of frame k = floor((k * step) * scale)`` (no ``* scale``
-    when None), in the dtype of ``seconds`` with one rounding per multiply, as the reproduced torch code computes it.
+    when None), in ``dtype`` (float32, or float64 for float64 seconds) with one rounding per multiply, as the
+    reproduced torch code computes it.
 
-    ``kind``, ``frames`` ``[G]`` int64: each block's kind and merged ``t``. ``seconds`` ``[G]`` float32 or float64:
-    each video block's ``second_per_grid_t`` (other blocks: any value). transformers: step ``tokens_per_second *
-    second_per_grid_t`` (rounded to the seconds' dtype first), 1 for images; vLLM / SGLang: step
-    ``second_per_grid_t`` then ``* tokens_per_second``, 0 for images. ``(None, None)`` (offset = frame) when no block
-    is a video and none has more than one frame: frame 0's offset is 0 whatever the step (a video keeps its step,
-    whose size is checked).
+    ``kind``, ``frames`` ``[G]`` int64: each block's kind and merged ``t``. ``seconds`` ``[G]`` float: each video
+    block's ``second_per_grid_t`` (other blocks: any value), rounded to ``dtype`` here. transformers: step
+    ``tokens_per_second * second_per_grid_t`` (rounded to ``dtype`` first), 1 for images; vLLM / SGLang: step
+    ``second_per_grid_t`` then ``* tokens_per_second``, 0 for images. ``(None, None)`` (offset = frame index) when no
+    block is a video and none has more than one frame: frame 0's offset is 0 whatever the step (a video keeps its
+    step even with one frame, so that its size is checked).
     """
-    is_video = kind == VIDEO_TOKEN
-    if not is_video.any() and frames.max(initial=1) == 1:
+    if int((frames + (kind == VIDEO_TOKEN)).max(initial=1)) == 1:  # a video counts one frame more
         return None, None
     rule = COMPAT_RULES[compat]
-    other = np.where(kind == IMAGE_TOKEN, rule.image_time_step, 1.0).astype(seconds.dtype)
-    if rule.seconds_first:
-        return np.where(is_video, seconds, other), tokens_per_second
-    with np.errstate(over="ignore"):  # a step past the float range is refused by _last_frame_offsets
+    is_video = kind == VIDEO_TOKEN
+    with np.errstate(over="ignore"):  # past the float range: inf, refused by _last_frame_offsets
+        seconds = seconds.astype(dtype, copy=False)
+        other = np.where(kind == IMAGE_TOKEN, rule.image_time_step, 1.0).astype(dtype)
+        if rule.seconds_first:
+            return np.where(is_video, seconds, other), tokens_per_second
         return np.where(is_video, seconds * tokens_per_second, other), None
 
 
@@ -108,8 +114,8 @@ def _scaled_frames(frames: np.ndarray, time_step: np.ndarray, time_scale: float 
 
 
 def _temporal_offsets(frames: np.ndarray, time_step: np.ndarray | None, time_scale: float | None = None) -> np.ndarray:
-    """``floor((frame * step) * scale)`` exactly as the reproduced code, then torch's ``.long()`` (a truncation,
-    which numpy's cast to int64 shares for the finite values >= 0 met here, checked by :func:`_extents` on each
+    """``floor((frame * step) * scale)`` exactly as the reproduced code, then torch's ``.long()``: a truncation,
+    which numpy's cast to int64 shares for the finite values >= 0 met here (checked by :func:`_reach` on each
     block's last frame first)."""
     if time_step is None:
         return frames
@@ -131,36 +137,43 @@ def _last_frame_offsets(blocks: Blocks) -> np.ndarray:
     return scaled.astype(np.int64)
 
 
-def _extents(blocks: Blocks, side: np.ndarray) -> np.ndarray:
-    """``[G]`` largest position of each block relative to its start (text: length - 1); ``side`` is ``max(h, w)``."""
-    extents: np.ndarray  # numpy types ufuncs over untyped-dtype arrays as Any
+def _reach(blocks: Blocks, side: np.ndarray) -> np.ndarray:
+    """``[G]`` reach of each block (largest position relative to its start, plus 1); ``side`` is ``max(h, w)``."""
+    reach: np.ndarray  # numpy types ufuncs over untyped-dtype arrays as Any
     frames = blocks.thw[:, 0]
     if blocks.frame_stride is not None:
-        strided = (frames - 1) * blocks.frame_stride + side - 1
-        extents = np.maximum(np.maximum(frames, side) - 1, strided)
+        reach = np.maximum(np.maximum(frames, side), (frames - 1) * blocks.frame_stride + side)
     elif blocks.time_step is None:
-        extents = np.maximum(frames, side) - 1
+        reach = np.maximum(frames, side)
     else:
-        extents = np.maximum(_last_frame_offsets(blocks), side - 1)
-    return extents
+        reach = np.maximum(_last_frame_offsets(blocks) + 1, side)
+    return reach
 
 
-def _advance_transformers5(side: np.ndarray, extents: np.ndarray) -> np.ndarray:
+def _advance_transformers5(side: np.ndarray, reach: np.ndarray) -> np.ndarray:
     # Text (1, 1, n) advances by n; vision by max(h, w): the temporal extent is ignored.
     return side
 
 
-def _advance_transformers4(side: np.ndarray, extents: np.ndarray) -> np.ndarray:
-    advance: np.ndarray = extents + 1
-    return advance
+def _advance_transformers4(side: np.ndarray, reach: np.ndarray) -> np.ndarray:
+    return reach
 
 
 ADVANCE_RULES: dict[bool, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     False: _advance_transformers5,
     True: _advance_transformers4,
 }
-"""``CompatRule.next_start_after_max`` -> ``(side, extents)`` -> ``[G]`` distance from a block's start to the next
+"""``CompatRule.next_start_after_max`` -> ``(side, reach)`` -> ``[G]`` distance from a block's start to the next
 block's start (``side``: ``max(h, w)`` of each block)."""
+
+
+def _check_ceiling(advance: np.ndarray, reach: np.ndarray) -> None:
+    """Refuse blocks whose positions would pass POSITION_CEILING (float64 sums: before any int64 sum can wrap)."""
+    if float(advance.sum(dtype=np.float64)) + float(reach.max() - 1) > POSITION_CEILING:
+        raise InvalidInput(
+            f"M-RoPE positions would pass {POSITION_CEILING}: tokens_per_second or second_per_grid_t is too large",
+            field="second_per_grid_t",
+        )
 
 
 def _starts(advance: np.ndarray, row: np.ndarray, row_first_block: np.ndarray) -> np.ndarray:
@@ -171,59 +184,71 @@ def _starts(advance: np.ndarray, row: np.ndarray, row_first_block: np.ndarray) -
     return starts
 
 
-def _line_jumps(blocks: Blocks, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per line: ``[3, Lc]`` T/H/W jump from the previous line's last token (in the flat ``[B * T]`` order; the first
-    line: from 0) to the line's first token, ``[3, Lc]`` step along the line, ``[Lc]`` length.
+def _lines(blocks: Blocks, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per line: ``[3, Lc]`` T/H/W of its first token, ``[3, Lc]`` step along the line, ``[Lc]`` length.
 
     A block's lines are its frames' rows: line ``k`` of a block is row ``k % h`` of frame ``k // h``; its first token
     is at ``T = start + offset(frame)``, ``H = start + row``, ``W = start`` (plus ``frame * stride`` on all axes for
     HY-V4-VL).
     """
-    frames, rows, columns = blocks.thw.T
+    frames, rows, columns = blocks.thw[:, 0], blocks.thw[:, 1], blocks.thw[:, 2]
     lines_per_block = frames * rows
     block_of_line = np.arange(frames.size).repeat(lines_per_block)
     first_line = lines_per_block.cumsum()
     first_line -= lines_per_block
-    frame, row_in_frame = np.divmod(np.arange(block_of_line.size) - first_line[block_of_line], rows[block_of_line])
+    line_in_block = np.arange(block_of_line.size) - first_line[block_of_line]
+    rows_per_frame = rows[block_of_line]
+    frame = line_in_block // rows_per_frame
     start = starts[block_of_line]
     step = None if blocks.time_step is None else blocks.time_step[block_of_line]
     values = np.empty((3, block_of_line.size), dtype=np.int64)
     np.add(start, _temporal_offsets(frame, step, blocks.time_scale), out=values[0])
-    np.add(start, row_in_frame, out=values[1])
+    np.add(start, line_in_block % rows_per_frame, out=values[1])
     values[2] = start
     if blocks.frame_stride is not None:
         offset = frame * blocks.frame_stride[block_of_line]  # text/padding lines: frame 0
-        values[0] = start + offset
+        np.add(start, offset, out=values[0])
         values[1:] += offset
-    steps = _LINE_STEP[:, blocks.kind[block_of_line]]
-    lengths = columns[block_of_line]
+    return values, _LINE_STEP.take(blocks.kind[block_of_line], axis=1), columns[block_of_line]
+
+
+DIRECT_EXPANSION_TOKENS = 2048
+"""Up to this many tokens, :func:`_expand_lines` writes each token's position directly (fewest operations); beyond,
+as a running sum (one ``[3, total]`` temporary instead of three)."""
+
+
+def _expand_lines(values: np.ndarray, steps: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``[3, total]`` int64 positions ``values[:, l] + steps[:, l] * column`` of lines tiling ``total`` tokens.
+
+    Token ``i`` of line ``l`` (first token ``f``) is at ``values[:, l] + steps[:, l] * (i - f)``. Small: that
+    formula, as ``(values - steps * f)`` repeated plus ``steps`` repeated times ``i``. Large: one running sum (in
+    torch, in place) of per-token differences: each line's step, except at the line's first token, which carries
+    the jump from the previous line's last position. int64 wrap-around cancels out either way.
+    """
+    first_token = lengths.cumsum()
+    total = int(first_token[-1])
+    first_token -= lengths
+    if total <= DIRECT_EXPANSION_TOKENS:
+        positions = (values - steps * first_token).repeat(lengths, axis=1)
+        positions += steps.repeat(lengths, axis=1) * np.arange(total)
+        return positions
     last = steps * (lengths - 1)
     last += values
-    values[:, 1:] -= last[:, :-1]  # int64 wrap-around cancels out in the running sum
-    return values, steps, lengths
-
-
-def _expand_lines(jumps: np.ndarray, steps: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """``[3, total]`` int64 token positions of lines tiling ``total`` tokens, as one running sum of per-token
-    differences: each line's step, except at the line's first token, which carries the jump from the previous
-    line's last position. The running sum is torch's, in place on the numpy array (as fast as numpy's for a few
-    thousand tokens, several times faster beyond)."""
-    first_token = lengths.cumsum()
-    first_token -= lengths
+    jumps = values.copy()
+    jumps[:, 1:] -= last[:, :-1]
     differences = steps.repeat(lengths, axis=1)
     differences[:, first_token] = jumps
     torch.from_numpy(differences).cumsum_(dim=1)
     return differences
 
 
-@dataclass(frozen=True)
-class PositionPlan:
+class PositionPlan(NamedTuple):
     """Everything but the per-token expansion: small arrays (per row, per line)."""
 
     num_rows: int
     width: int
     deltas: np.ndarray  # [B, 1] int64
-    line_jumps: np.ndarray  # [3, Lc] int64
+    line_values: np.ndarray  # [3, Lc] int64 position of each line's first token
     line_steps: np.ndarray  # [3, Lc] int64
     line_lengths: np.ndarray  # [Lc] int64
 
@@ -233,7 +258,7 @@ class PositionPlan:
         if self.num_rows * self.width == 0:
             positions = np.zeros((3, 0), dtype=np.int64)
         else:
-            positions = _expand_lines(self.line_jumps, self.line_steps, self.line_lengths)
+            positions = _expand_lines(self.line_values, self.line_steps, self.line_lengths)
         position_ids = tensor_on(positions.reshape(3, self.num_rows, self.width), device)
         return position_ids, tensor_on(self.deltas, device)
 
@@ -256,24 +281,19 @@ def plan_positions(
         none = np.zeros((3, 0), dtype=np.int64)
         return PositionPlan(num_rows, width, np.zeros((num_rows, 1), dtype=np.int64), none, none, none[0])
     side = np.maximum(blocks.thw[:, 1], blocks.thw[:, 2])
-    extents = _extents(blocks, side)
-    advance = ADVANCE_RULES[continue_after_max](side, extents)
-    # Without a time step a block's advance and extent stay below its token count (at most MAX_ELEMENTS in all).
-    if blocks.time_step is not None and float(advance.sum(dtype=np.float64)) + float(extents.max()) > POSITION_CEILING:
-        raise InvalidInput(
-            f"M-RoPE positions would pass {POSITION_CEILING}: tokens_per_second or second_per_grid_t is too large",
-            field="second_per_grid_t",
-        )
+    reach = _reach(blocks, side)
+    advance = ADVANCE_RULES[continue_after_max](side, reach)
+    if blocks.time_step is not None:  # else a block's advance and reach are at most its token count
+        _check_ceiling(advance, reach)
     is_padding = blocks.kind == PAD_BLOCK if blocks.has_padding else None
     if is_padding is not None:
         advance = np.where(is_padding, 0, advance)
-        extents = np.where(is_padding, -1, extents)  # a padding block raises no row maximum
+        reach = np.where(is_padding, 0, reach)  # a padding block raises no row maximum
     row_first_block = blocks.row.searchsorted(np.arange(num_rows))
     starts = _starts(advance, blocks.row, row_first_block)
-    deltas = np.maximum.reduceat(starts + extents, row_first_block)
+    deltas = np.maximum.reduceat(starts + reach, row_first_block)  # largest position + 1 of each row
     deltas -= row_lengths
-    deltas += 1
     if is_padding is not None:
         starts[is_padding] = fill_value  # a padding block is one line at the fill value, which does not advance
-    jumps, steps, lengths = _line_jumps(blocks, starts)
-    return PositionPlan(num_rows, width, deltas.reshape(num_rows, 1), jumps, steps, lengths)
+    values, steps, lengths = _lines(blocks, starts)
+    return PositionPlan(num_rows, width, deltas.reshape(num_rows, 1), values, steps, lengths)

@@ -453,7 +453,7 @@ def analyse_tokens(
         assert settings.tokens_per_second is not None
         seconds_of_run = _run_seconds(runs.length.size, video_runs, video_of_grid, seconds)
         time_step, time_scale = time_factors(
-            runs.kind, thw[:, 0], seconds_of_run, settings.tokens_per_second, settings.compat
+            runs.kind, thw[:, 0], seconds_of_run, seconds_of_run.dtype.type, settings.tokens_per_second, settings.compat
         )
         run_seconds = None if seconds is None else seconds_of_run
     strides = frame_strides(runs.kind, thw) if rule.frame_stride_all_axes else None

@@ -284,9 +284,7 @@ def _time_steps(
     if not settings.family.temporal_rule.scales_by_seconds:
         return None, None
     assert settings.tokens_per_second is not None
-    with np.errstate(over="ignore"):  # seconds past the float32 range become inf, refused with the frame times
-        seconds32 = seconds.astype(np.float32)
-    return time_factors(kind, frames, seconds32, settings.tokens_per_second, settings.compat)
+    return time_factors(kind, frames, seconds, np.float32, settings.tokens_per_second, settings.compat)
 
 
 def _row_mask(row_lengths: list[int], padding_side: PaddingSide, device: torch.device | str | None) -> torch.Tensor:
