@@ -24,7 +24,7 @@ fixed number of batched operations and no Python loop.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 import numpy as np
 import torch
@@ -61,27 +61,37 @@ class Blocks(NamedTuple):
     """[G] int64 offset of each frame on all three axes (HY-V4-VL vision: ``max(h, w)``, 0 elsewhere); None: none."""
 
 
+@overload
+def needs_frame_time(kind: int, frames: int) -> bool: ...
+
+
+@overload
+def needs_frame_time(kind: np.ndarray, frames: np.ndarray) -> np.ndarray: ...
+
+
+def needs_frame_time(kind: int | np.ndarray, frames: int | np.ndarray) -> bool | np.ndarray:
+    """Whether a block (ints; arrays: each block) needs a Qwen2.5-VL frame time: a video (its step is checked even
+    with one frame) or a block of several frames. Without any, :func:`time_factors` is not needed: each block's only
+    frame is frame 0, whose offset is 0 whatever the step."""
+    return (kind == VIDEO_TOKEN) | (frames > 1)
+
+
 def time_factors(
     kind: np.ndarray,
-    frames: np.ndarray,
     seconds: np.ndarray,
     dtype: type[np.floating],
     tokens_per_second: float,
     compat: MRopeCompat,
-) -> tuple[np.ndarray | None, float | None]:
+) -> tuple[np.ndarray, float | None]:
     """Qwen2.5-VL: ``([G] step, scale)`` with ``T offset of frame k = floor((k * step) * scale)`` (no ``* scale``
     when None), in ``dtype`` (float32, or float64 for float64 seconds) with one rounding per multiply, as the
     reproduced torch code computes it.
 
-    ``kind``, ``frames`` ``[G]`` int64: each block's kind and merged ``t``. ``seconds`` ``[G]`` float: each video
-    block's ``second_per_grid_t`` (other blocks: any value), rounded to ``dtype`` here. transformers: step
-    ``tokens_per_second * second_per_grid_t`` (rounded to ``dtype`` first), 1 for images; vLLM / SGLang: step
-    ``second_per_grid_t`` then ``* tokens_per_second``, 0 for images. ``(None, None)`` (offset = frame index) when no
-    block is a video and none has more than one frame: frame 0's offset is 0 whatever the step (a video keeps its
-    step even with one frame, so that its size is checked).
+    ``kind`` ``[G]`` int64: each block's kind. ``seconds`` ``[G]`` float: each video block's ``second_per_grid_t``
+    (other blocks: any value), rounded to ``dtype`` here. transformers: step ``tokens_per_second *
+    second_per_grid_t`` (rounded to ``dtype`` first), 1 for images; vLLM / SGLang: step ``second_per_grid_t`` then
+    ``* tokens_per_second``, 0 for images.
     """
-    if int((frames + (kind == VIDEO_TOKEN)).max(initial=1)) == 1:  # a video counts one frame more
-        return None, None
     rule = COMPAT_RULES[compat]
     is_video = kind == VIDEO_TOKEN
     with np.errstate(over="ignore"):  # past the float range: inf, refused by _last_frame_offsets
@@ -176,12 +186,16 @@ def _check_ceiling(advance: np.ndarray, reach: np.ndarray) -> None:
         )
 
 
-def _starts(advance: np.ndarray, row: np.ndarray, row_first_block: np.ndarray) -> np.ndarray:
-    """``[G]`` start of each block: the exclusive running sum of ``advance``, restarted at every row."""
-    global_start = advance.cumsum()
-    global_start -= advance
-    starts: np.ndarray = global_start - global_start[row_first_block][row]
-    return starts
+def _starts(advance: np.ndarray, row: np.ndarray, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """``[G]`` start of each block (the exclusive running sum of ``advance``, restarted at every row) and ``[B]``
+    index of each row's first block."""
+    starts = advance.cumsum()
+    starts -= advance
+    if num_rows == 1:  # nothing to restart
+        return starts, np.zeros(1, dtype=np.int64)
+    row_first_block = row.searchsorted(np.arange(num_rows))
+    starts -= starts[row_first_block][row]
+    return starts, row_first_block
 
 
 def _lines(blocks: Blocks, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -289,8 +303,7 @@ def plan_positions(
     if is_padding is not None:
         advance = np.where(is_padding, 0, advance)
         reach = np.where(is_padding, 0, reach)  # a padding block raises no row maximum
-    row_first_block = blocks.row.searchsorted(np.arange(num_rows))
-    starts = _starts(advance, blocks.row, row_first_block)
+    starts, row_first_block = _starts(advance, blocks.row, num_rows)
     deltas = np.maximum.reduceat(starts + reach, row_first_block)  # largest position + 1 of each row
     deltas -= row_lengths
     if is_padding is not None:

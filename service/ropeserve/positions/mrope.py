@@ -24,6 +24,7 @@ from ropeserve.positions._blocks import (
     VIDEO_TOKEN,
     Blocks,
     frame_strides,
+    needs_frame_time,
     plan_positions,
     time_factors,
 )
@@ -452,9 +453,10 @@ def analyse_tokens(
         seconds = _seconds_per_grid(second_per_grid_ts, num_videos)
         assert settings.tokens_per_second is not None
         seconds_of_run = _run_seconds(runs.length.size, video_runs, video_of_grid, seconds)
-        time_step, time_scale = time_factors(
-            runs.kind, thw[:, 0], seconds_of_run, seconds_of_run.dtype.type, settings.tokens_per_second, settings.compat
-        )
+        if needs_frame_time(runs.kind, thw[:, 0]).any():
+            time_step, time_scale = time_factors(
+                runs.kind, seconds_of_run, seconds_of_run.dtype.type, settings.tokens_per_second, settings.compat
+            )
         run_seconds = None if seconds is None else seconds_of_run
     strides = frame_strides(runs.kind, thw) if rule.frame_stride_all_axes else None
     blocks = Blocks(runs.row, runs.kind, thw, time_step, has_padding, time_scale, strides)

@@ -25,6 +25,7 @@ from ropeserve.positions._blocks import (
     VIDEO_TOKEN,
     Blocks,
     frame_strides,
+    needs_frame_time,
     plan_positions,
     time_factors,
 )
@@ -96,21 +97,29 @@ class _BlockList:
 
     token_limit: int
     """Most tokens a row may hold (checked as segments arrive, before any per-frame work)."""
-    rows: list[list[tuple[int, int, int, int, float]]] = field(default_factory=list)
-    """Per row: (kind, merged t, merged h, merged w, second_per_grid_t) of each block."""
+    rows: list[list[int]] = field(default_factory=list)
+    """Per row: (kind, merged t, merged h, merged w) of each block, flat."""
+    seconds: list[list[float]] = field(default_factory=list)
+    """Per row: second_per_grid_t of each block (1.0 but for videos)."""
     row_lengths: list[int] = field(default_factory=list)
+    frame_times: bool = False
+    """Whether some block needs Qwen2.5-VL frame times (:func:`~ropeserve.positions._blocks.needs_frame_time`)."""
 
     def reserve(self, row: int, tokens: int, field_name: str) -> None:
         """Count ``tokens`` more for ``row``; raise LimitExceeded past the limit."""
-        self.row_lengths[row] += tokens
-        check_limit(self.row_lengths[row], self.token_limit, f"{field_name}: tokens of row {row}", field=field_name)
+        total = self.row_lengths[row] = self.row_lengths[row] + tokens
+        if total > self.token_limit:  # the message is only formatted for the error
+            check_limit(total, self.token_limit, f"{field_name}: tokens of row {row}", field=field_name)
 
     def add_text(self, row: int, count: int) -> None:
         if count > 0:
-            self.rows[row].append((TEXT_TOKEN, 1, 1, count, 1.0))
+            self.rows[row] += (TEXT_TOKEN, 1, 1, count)
+            self.seconds[row].append(1.0)
 
     def add_vision(self, row: int, kind: int, t: int, h: int, w: int, seconds: float) -> None:
-        self.rows[row].append((kind, t, h, w, seconds))
+        self.rows[row] += (kind, t, h, w)
+        self.seconds[row].append(seconds)
+        self.frame_times |= needs_frame_time(kind, t)
 
 
 class _SegmentContext(NamedTuple):
@@ -142,7 +151,11 @@ def _segment_kind(segment: object, field_name: str) -> str:
 
 def _merged_grid(value: object, context: _SegmentContext, kind: str) -> tuple[int, int, int]:
     """Validate a patch grid and return it in LLM tokens ``(t, h / merge, w / merge)``."""
-    if isinstance(value, str | bytes) or not isinstance(value, Sequence) or len(value) != 3:
+    if (
+        type(value) is not list
+        and (isinstance(value, str | bytes) or not isinstance(value, Sequence))
+        or len(value) != 3
+    ):
         raise InvalidInput(f"{context.field}: {kind} must be a list [t, h, w], got {value!r}", field=context.field)
     t, h, w = value
     if not (type(t) is int and type(h) is int and type(w) is int):  # fast path for plain ints
@@ -235,9 +248,11 @@ _SEGMENT_HANDLERS: dict[str, Callable[[_BlockList, Mapping[str, object], _Segmen
 def _collect_blocks(rows: SegmentRows, settings: ModelSettings, token_limit: int) -> _BlockList:
     if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
         raise InvalidInput("rows must be a list of segment lists", field="rows")
-    blocks = _BlockList(token_limit, rows=[[] for _ in rows], row_lengths=[0] * len(rows))
+    blocks = _BlockList(token_limit, [[] for _ in rows], [[] for _ in rows], [0] * len(rows))
     for row, segments in enumerate(rows):
-        if isinstance(segments, str | bytes | Mapping) or not isinstance(segments, Sequence):
+        if type(segments) is not list and (
+            isinstance(segments, str | bytes | Mapping) or not isinstance(segments, Sequence)
+        ):
             raise InvalidInput(f"rows[{row}] must be a list of segments", field=f"rows[{row}]")
         for position, segment in enumerate(segments):
             field_name = f"rows[{row}].segments[{position}]"
@@ -248,49 +263,49 @@ def _collect_blocks(rows: SegmentRows, settings: ModelSettings, token_limit: int
 
 def _padded_blocks(
     collected: _BlockList,
-    row_lengths: list[int],
     width: int,
+    has_padding: bool,
     padding_side: PaddingSide,
     settings: ModelSettings,
 ) -> Blocks:
     """Blocks tiling ``[B, width]``: each row's blocks plus one padding block on ``padding_side``."""
     row_ids: list[int] = []
-    entries: list[tuple[int, int, int, int, float]] = []
-    for row, (blocks, length) in enumerate(zip(collected.rows, row_lengths, strict=True)):
-        padding = [(PAD_BLOCK, 1, 1, width - length, 1.0)] if length < width else []
-        ordered = padding + blocks if padding_side == "left" else blocks + padding
-        entries += ordered
-        row_ids += [row] * len(ordered)
-    table = np.array(entries, dtype=np.float64).reshape(-1, 5)  # exact: sizes are at most MAX_ELEMENTS
-    kind = table[:, 0].astype(np.int64)
-    thw = table[:, 1:4].astype(np.int64)
-    time_step, time_scale = _time_steps(kind, thw[:, 0], table[:, 4], settings)
-    return Blocks(
-        row=np.array(row_ids, dtype=np.int64),
-        kind=kind,
-        thw=thw,
-        time_step=time_step,
-        has_padding=min(row_lengths, default=width) < width,
-        time_scale=time_scale,
-        frame_stride=frame_strides(kind, thw) if settings.family.temporal_rule.frame_stride_all_axes else None,
-    )
+    flat: list[int] = []
+    seconds: list[float] = []
+    for row, (blocks, times, length) in enumerate(
+        zip(collected.rows, collected.seconds, collected.row_lengths, strict=True)
+    ):
+        if length < width:
+            padding = [PAD_BLOCK, 1, 1, width - length]
+            blocks, times = (
+                (padding + blocks, [1.0, *times]) if padding_side == "left" else (blocks + padding, [*times, 1.0])
+            )
+        flat += blocks
+        seconds += times
+        row_ids += [row] * len(times)
+    table = np.array(flat, dtype=np.int64).reshape(-1, 4)
+    kind, thw = table[:, 0], table[:, 1:]
+    time_step, time_scale = _time_steps(kind, seconds, collected.frame_times, settings)
+    strides = frame_strides(kind, thw) if settings.family.temporal_rule.frame_stride_all_axes else None
+    return Blocks(np.array(row_ids, dtype=np.int64), kind, thw, time_step, has_padding, time_scale, strides)
 
 
 def _time_steps(
-    kind: np.ndarray, frames: np.ndarray, seconds: np.ndarray, settings: ModelSettings
+    kind: np.ndarray, seconds: list[float], frame_times: bool, settings: ModelSettings
 ) -> tuple[np.ndarray | None, float | None]:
-    """Qwen2.5-VL: :func:`~ropeserve.positions._blocks.time_factors` of the blocks (seconds rounded to float32, as
-    the processor's tensor holds them); ``(None, None)`` for the other families."""
-    if not settings.family.temporal_rule.scales_by_seconds:
+    """Qwen2.5-VL blocks needing frame times: :func:`~ropeserve.positions._blocks.time_factors` (seconds rounded to
+    float32, as the processor's tensor holds them); ``(None, None)`` otherwise."""
+    if not (frame_times and settings.family.temporal_rule.scales_by_seconds):
         return None, None
     assert settings.tokens_per_second is not None
-    return time_factors(kind, frames, seconds, np.float32, settings.tokens_per_second, settings.compat)
+    return time_factors(kind, np.array(seconds), np.float32, settings.tokens_per_second, settings.compat)
 
 
-def _row_mask(row_lengths: list[int], padding_side: PaddingSide, device: torch.device | str | None) -> torch.Tensor:
-    """``[B, T]`` bool, ``T = max(row_lengths)``, real tokens on the right or left."""
-    width = max(row_lengths, default=0)
-    lengths = np.array(row_lengths, dtype=np.int64).reshape(-1, 1)
+def _row_mask(
+    row_lengths: np.ndarray, width: int, padding_side: PaddingSide, device: torch.device | str | None
+) -> torch.Tensor:
+    """``[B, width]`` bool, real tokens (``row_lengths`` ``[B]`` of each row) on the right or left."""
+    lengths = row_lengths.reshape(-1, 1)
     columns = np.arange(width)
     return tensor_on(columns >= width - lengths if padding_side == "left" else columns < lengths, device)
 
@@ -331,10 +346,12 @@ def mrope_positions_from_segments(
     row_lengths = collected.row_lengths
     width = max(row_lengths, default=0)
     check_element_limit(len(rows) * width, max_tokens, "M-RoPE position slots", "rows")
-    blocks = _padded_blocks(collected, row_lengths, width, padding_side, settings)
-    plan = plan_positions(blocks, np.array(row_lengths, dtype=np.int64), width, settings.continue_after_max, fill_value)
+    has_padding = bool(row_lengths) and min(row_lengths) < width
+    blocks = _padded_blocks(collected, width, has_padding, padding_side, settings)
+    lengths = np.array(row_lengths, dtype=np.int64)
+    plan = plan_positions(blocks, lengths, width, settings.continue_after_max, fill_value)
     position_ids, deltas = plan.expand(device)
-    return MRopePositions(position_ids, deltas, _row_mask(row_lengths, padding_side, device))
+    return MRopePositions(position_ids, deltas, _row_mask(lengths, width, padding_side, device))
 
 
 def mrope_segments_from_tokens(
