@@ -234,17 +234,17 @@ as a running sum (one ``[3, total]`` temporary instead of three)."""
 def _expand_lines(values: np.ndarray, steps: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """``[3, total]`` int64 positions ``values[:, l] + steps[:, l] * column`` of lines tiling ``total`` tokens.
 
-    Token ``i`` of line ``l`` (first token ``f``) is at ``values[:, l] + steps[:, l] * (i - f)``. Small: that
-    formula, as ``(values - steps * f)`` repeated plus ``steps`` repeated times ``i``. Large: one running sum (in
+    Small: that formula, per token (``column`` counted from the line's first token). Large: one running sum (in
     torch, in place) of per-token differences: each line's step, except at the line's first token, which carries
-    the jump from the previous line's last position. int64 wrap-around cancels out either way.
+    the jump from the previous line's last position (int64 wrap-around cancels out in the sum).
     """
-    first_token = lengths.cumsum()
-    total = int(first_token[-1])
-    first_token -= lengths
+    ends = lengths.cumsum()
+    first_token = ends - lengths
+    total = int(ends[-1])
     if total <= DIRECT_EXPANSION_TOKENS:
-        positions = (values - steps * first_token).repeat(lengths, axis=1)
-        positions += steps.repeat(lengths, axis=1) * np.arange(total)
+        column = np.arange(total) - first_token.repeat(lengths)
+        positions = values.repeat(lengths, axis=1)
+        positions += steps.repeat(lengths, axis=1) * column
         return positions
     last = steps * (lengths - 1)
     last += values

@@ -11,6 +11,7 @@ import bisect
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -81,8 +82,7 @@ class MRopePositions:
     """``[B, T]`` bool: True on real tokens."""
 
 
-@dataclass(frozen=True)
-class ModelSettings:
+class ModelSettings(NamedTuple):
     """A family's defaults with the request's overrides applied."""
 
     family: MRopeFamily

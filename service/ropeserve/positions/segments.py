@@ -179,7 +179,7 @@ def _merged_grid(value: object, context: _SegmentContext, kind: str) -> tuple[in
 
 def _add_text(blocks: _BlockList, segment: Mapping[str, object], context: _SegmentContext) -> None:
     value = segment["text"]
-    if isinstance(value, bool) or not isinstance(value, int):
+    if type(value) is not int and (isinstance(value, bool) or not isinstance(value, int)):
         raise InvalidInput(f"{context.field}: text must be an integer, got {value!r}", field=context.field)
     if value < 0:
         raise InvalidInput(f"{context.field}: text length {value} is negative", field=context.field)
@@ -246,7 +246,7 @@ _SEGMENT_HANDLERS: dict[str, Callable[[_BlockList, Mapping[str, object], _Segmen
 
 
 def _collect_blocks(rows: SegmentRows, settings: ModelSettings, token_limit: int) -> _BlockList:
-    if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
+    if type(rows) is not list and (isinstance(rows, str | bytes) or not isinstance(rows, Sequence)):
         raise InvalidInput("rows must be a list of segment lists", field="rows")
     blocks = _BlockList(token_limit, [[] for _ in rows], [[] for _ in rows], [0] * len(rows))
     for row, segments in enumerate(rows):
@@ -344,7 +344,7 @@ def mrope_positions_from_segments(
     settings = resolve_settings(family, spatial_merge_size, tokens_per_second, compat)
     collected = _collect_blocks(rows, settings, MAX_ELEMENTS if max_tokens is None else min(max_tokens, MAX_ELEMENTS))
     row_lengths = collected.row_lengths
-    width = max(row_lengths, default=0)
+    width = max(row_lengths) if row_lengths else 0
     check_element_limit(len(rows) * width, max_tokens, "M-RoPE position slots", "rows")
     has_padding = bool(row_lengths) and min(row_lengths) < width
     blocks = _padded_blocks(collected, width, has_padding, padding_side, settings)
