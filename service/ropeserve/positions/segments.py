@@ -304,7 +304,8 @@ def _row_mask(
 ) -> torch.Tensor:
     """``[B, width]`` bool, real tokens (``row_lengths`` ``[B]`` of each row) on the right or left."""
     if not has_padding:
-        mask = np.ones((row_lengths.size, width), dtype=bool)
+        mask = np.empty((row_lengths.size, width), dtype=bool)
+        mask.fill(True)  # np.ones costs twice as much
     elif padding_side == "left":
         mask = np.arange(width) >= width - row_lengths[:, None]
     else:
