@@ -23,7 +23,7 @@ per-row restart of the running start for one row, the position ceiling check wit
 token: up to :data:`DIRECT_EXPANSION_TOKENS` tokens, each position written directly from its line's first position,
 step and column; beyond, a repeat of each line's step (with the jump from the previous line written at its first
 token) and one running sum in torch, in place: one ``[3, B * T]`` temporary where the direct formula needs three,
-which fresh memory made up to 20 times slower at 26k tokens. The issue-15 request (one row of text, a 1x8x8 image,
+which fresh memory made over 20 times slower at 26k tokens here. The issue-15 request (one row of text, a 1x8x8 image,
 text) takes about 23 us in :func:`~ropeserve.positions.segments.mrope_positions_from_segments`.
 """
 

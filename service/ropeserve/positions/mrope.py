@@ -303,7 +303,7 @@ def _seconds_per_grid(second_per_grid_ts: FloatsLike | None, num_videos: int) ->
         return None
     if isinstance(second_per_grid_ts, torch.Tensor):
         dtype = torch.float64 if second_per_grid_ts.dtype == torch.float64 else torch.float32
-        seconds = second_per_grid_ts.to(device="cpu", dtype=dtype).reshape(-1).numpy()
+        seconds = second_per_grid_ts.detach().to(device="cpu", dtype=dtype).reshape(-1).numpy()
     else:
         try:
             seconds = torch.as_tensor(second_per_grid_ts, dtype=torch.float32).reshape(-1).numpy()

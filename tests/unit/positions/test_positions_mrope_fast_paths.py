@@ -155,3 +155,17 @@ def test_narrow_float_seconds_are_computed_in_float32(dtype: torch.dtype) -> Non
     narrow = mrope_positions_from_tokens(**kwargs, second_per_grid_ts=seconds)
     widened = mrope_positions_from_tokens(**kwargs, second_per_grid_ts=seconds.float())
     assert torch.equal(narrow.position_ids, widened.position_ids)
+
+
+def test_seconds_tensor_that_requires_grad_is_read() -> None:
+    """The seconds are read into numpy: a tensor that requires grad must still be accepted."""
+    kwargs: dict[str, Any] = {
+        "family": "qwen2_5_vl",
+        "mm_token_type_ids": [[0] + [2] * 12],
+        "video_grid_thw": [[3, 4, 4]],
+    }
+    seconds = torch.tensor([0.5], requires_grad=True)
+    expected = mrope_positions_from_tokens(**kwargs, second_per_grid_ts=[0.5])
+    assert torch.equal(
+        mrope_positions_from_tokens(**kwargs, second_per_grid_ts=seconds).position_ids, expected.position_ids
+    )
