@@ -127,9 +127,12 @@ def _scaled_frames(frames: np.ndarray, time_step: np.ndarray, time_scale: float 
     """``(frame * step) * scale`` in the step's float dtype, as torch computes it: the frame converted to that dtype,
     the Python-float scale rounded to it, one IEEE rounding per multiply (numpy 2 and torch agree bit for bit, see
     the tests). Overflow gives inf and ``0 * inf`` NaN, silently: :func:`_last_frame_offsets` refuses both."""
+    scaled: np.ndarray  # numpy types ufuncs over untyped-dtype arrays as Any
     with np.errstate(over="ignore", invalid="ignore"):
         scaled = frames.astype(time_step.dtype) * time_step
-        return scaled if time_scale is None else scaled * time_scale
+        if time_scale is not None:
+            scaled = scaled * time_scale
+    return scaled
 
 
 def _temporal_offsets(frames: np.ndarray, time_step: np.ndarray | None, time_scale: float | None = None) -> np.ndarray:
