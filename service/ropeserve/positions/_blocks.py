@@ -4,7 +4,7 @@ Vocabulary:
     block   a maximal run of text tokens, one image, one video (Qwen2/2.5-VL), one video frame (Qwen3-VL, GLM-4V)
             or a run of padding. The blocks of all rows, in order, tile the flat ``[B * T]`` output exactly.
     start   the position a block begins at; every axis of the block is offset by it.
-    extent  the block's largest position minus its start.
+    reach   the block's largest position minus its start, plus 1 (a text block's length).
     line    a run of consecutive tokens of one block along which only the column advances: one row of one frame
             of a vision block (``w`` tokens), or a whole text or padding block.
 
@@ -14,17 +14,23 @@ block of merged grid ``(t, h, w)`` is ordered frame-major, then row, then column
 videos); padding gets the fill value. Each block starts where the previous one of its row ends, as the
 :class:`~ropeserve.positions.families.MRopeCompat` rule says.
 
-Speed: the layout runs in numpy on the CPU, where a small operation costs a fraction of a torch one (the block and
-line arrays are small, so the number of operations sets the time). The work per token is two passes over the
-``[3, B * T]`` output: a repeat of each line's step (with the jump from the previous line written at its first token)
-and one running sum in torch (several times faster than numpy's). Everything else is per block or per line, with a
-fixed number of batched operations and no Python loop.
+Speed: the layout runs in numpy on the CPU, frame times included (numpy 2's float32/float64 multiplies and its cast
+to int64 give torch's results bit for bit; the tests compare them). The block and line arrays hold a few entries, so
+the number of operations sets the time (a numpy call on them costs a fraction of a microsecond, a torch one several):
+a fixed number of batched operations and no Python loop, in their cheapest forms (``np.add.accumulate`` costs half
+of ``cumsum``'s call), and nothing an input does not need (frame times without a video or a multi-frame block, the
+per-row restart of the running start for one row, the position ceiling check without frame times). The work per
+token: up to :data:`DIRECT_EXPANSION_TOKENS` tokens, each position written directly from its line's first position,
+step and column; beyond, a repeat of each line's step (with the jump from the previous line written at its first
+token) and one running sum in torch, in place: one ``[3, B * T]`` temporary where the direct formula needs three,
+which fresh memory made over 20 times slower at 26k tokens here. The issue-15 request (one row of text, a 1x8x8 image,
+text) takes about 23 us in :func:`~ropeserve.positions.segments.mrope_positions_from_segments`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple, overload
 
 import numpy as np
 import torch
@@ -43,18 +49,20 @@ KIND_NAMES = {TEXT_TOKEN: "text", IMAGE_TOKEN: "image", VIDEO_TOKEN: "video", PA
 POSITION_CEILING = 2**62
 """Largest M-RoPE position (and temporal offset) built; the float64 checks against it keep a margin to int64."""
 
+_running_sum = np.add.accumulate
+"""Inclusive running sum of a 1-D array (``cumsum``, at half its call cost: the block and line arrays are small)."""
+
 # [axis, kind]: how T, H, W advance from one token of a line to the next (text, image, video, padding).
 _LINE_STEP = np.array([[1, 0, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]], dtype=np.int64)
 
 
-@dataclass(frozen=True)
-class Blocks:
+class Blocks(NamedTuple):
     """One entry per block, in row-major order; the blocks of row ``b`` tile that row of the output."""
 
     row: np.ndarray  # [G] int64, non-decreasing; every row has at least one block
     kind: np.ndarray  # [G] int64: TEXT_TOKEN, IMAGE_TOKEN, VIDEO_TOKEN or PAD_BLOCK
     thw: np.ndarray  # [G, 3] int64 merged (t, h, w); text and padding: (1, 1, length)
-    time_step: np.ndarray | None  # [G] float T step per frame; None when every step is exactly 1
+    time_step: np.ndarray | None  # [G] float T step per frame; None when every frame's offset is its index
     has_padding: bool
     time_scale: float | None = None
     """Second float multiply of the frame time (vLLM / SGLang: tokens_per_second); None: none."""
@@ -62,33 +70,52 @@ class Blocks:
     """[G] int64 offset of each frame on all three axes (HY-V4-VL vision: ``max(h, w)``, 0 elsewhere); None: none."""
 
 
+@overload
+def needs_frame_time(kind: int, frames: int) -> bool: ...
+
+
+@overload
+def needs_frame_time(kind: np.ndarray, frames: np.ndarray) -> np.ndarray: ...
+
+
+def needs_frame_time(kind: int | np.ndarray, frames: int | np.ndarray) -> bool | np.ndarray:
+    """Whether a block (ints; arrays: each block) needs a Qwen2.5-VL frame time: a video (its step is checked even
+    with one frame) or a block of several frames. Without any, :func:`time_factors` is not needed: each block's only
+    frame is frame 0, whose offset is 0 whatever the step."""
+    return (kind == VIDEO_TOKEN) | (frames > 1)
+
+
 def time_factors(
-    kind: np.ndarray, seconds: torch.Tensor, tokens_per_second: float, compat: MRopeCompat
+    kind: np.ndarray,
+    seconds: np.ndarray,
+    dtype: type[np.floating],
+    tokens_per_second: float,
+    compat: MRopeCompat,
 ) -> tuple[np.ndarray, float | None]:
     """Qwen2.5-VL: ``([G] step, scale)`` with ``T offset of frame k = floor((k * step) * scale)`` (no ``* scale``
-    when None), computed in torch as the reproduced implementation does.
+    when None), in ``dtype`` (float32, or float64 for float64 seconds) with one rounding per multiply, as the
+    reproduced torch code computes it.
 
-    ``seconds`` ``[G]`` float tensor: each video block's ``second_per_grid_t`` (other blocks: any value).
-    transformers: step ``tokens_per_second * second_per_grid_t`` (rounded to the tensor's dtype first), 1 for
-    images; vLLM / SGLang: step ``second_per_grid_t`` then ``* tokens_per_second``, 0 for images.
+    ``kind`` ``[G]`` int64: each block's kind. ``seconds`` ``[G]`` float: each video block's ``second_per_grid_t``
+    (other blocks: any value), rounded to ``dtype`` here. transformers: step ``tokens_per_second *
+    second_per_grid_t`` (rounded to ``dtype`` first), 1 for images; vLLM / SGLang: step ``second_per_grid_t`` then
+    ``* tokens_per_second``, 0 for images.
     """
     rule = COMPAT_RULES[compat]
-    is_video = torch.from_numpy(kind == VIDEO_TOKEN)
-    other = torch.where(
-        torch.from_numpy(kind == IMAGE_TOKEN),
-        torch.full_like(seconds, rule.image_time_step),
-        torch.ones_like(seconds),
-    )
-    if rule.seconds_first:
-        return torch.where(is_video, seconds, other).numpy(), tokens_per_second
-    return torch.where(is_video, seconds * tokens_per_second, other).numpy(), None
+    is_video = kind == VIDEO_TOKEN
+    with np.errstate(over="ignore"):  # past the float range: inf, refused by _last_frame_offsets
+        seconds = seconds.astype(dtype, copy=False)
+        other = np.where(kind == IMAGE_TOKEN, rule.image_time_step, 1.0).astype(dtype)
+        if rule.seconds_first:
+            return np.where(is_video, seconds, other), tokens_per_second
+        return np.where(is_video, seconds * tokens_per_second, other), None
 
 
 def frame_strides(kind: np.ndarray, thw: np.ndarray) -> np.ndarray:
     """HY-V4-VL: ``[G]`` per-frame offset on all axes, ``max(h, w)`` of vision blocks (w with the row-end token),
     0 for text and padding."""
     is_vision = (kind == IMAGE_TOKEN) | (kind == VIDEO_TOKEN)
-    return np.where(is_vision, thw[:, 1:].max(axis=1), 0)
+    return np.where(is_vision, np.maximum(thw[:, 1], thw[:, 2]), 0)
 
 
 MAX_TIME_OFFSET = 2**53
@@ -96,19 +123,25 @@ MAX_TIME_OFFSET = 2**53
 ``.long()`` would wrap)."""
 
 
-def _scaled_frames(frames: np.ndarray, time_step: np.ndarray, time_scale: float | None) -> torch.Tensor:
-    """``(frame * step) * scale`` as float tensors: torch multiplies in the step's dtype (the scale a Python float)."""
-    step = torch.from_numpy(time_step)
-    scaled = torch.from_numpy(frames).to(step.dtype) * step
-    return scaled if time_scale is None else scaled * time_scale
+def _scaled_frames(frames: np.ndarray, time_step: np.ndarray, time_scale: float | None) -> np.ndarray:
+    """``(frame * step) * scale`` in the step's float dtype, as torch computes it: the frame converted to that dtype,
+    the Python-float scale rounded to it, one IEEE rounding per multiply (numpy 2 and torch agree bit for bit, see
+    the tests). Overflow gives inf and ``0 * inf`` NaN, silently: :func:`_last_frame_offsets` refuses both."""
+    scaled: np.ndarray  # numpy types ufuncs over untyped-dtype arrays as Any
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = frames.astype(time_step.dtype) * time_step
+        if time_scale is not None:
+            scaled = scaled * time_scale
+    return scaled
 
 
 def _temporal_offsets(frames: np.ndarray, time_step: np.ndarray | None, time_scale: float | None = None) -> np.ndarray:
-    """``floor((frame * step) * scale)`` exactly as the reproduced code, then ``.long()`` (checked by
-    :func:`_extents` on each block's last frame first)."""
+    """``floor((frame * step) * scale)`` exactly as the reproduced code, then torch's ``.long()``: a truncation,
+    which numpy's cast to int64 shares for the finite values >= 0 met here (checked by :func:`_reach` on each
+    block's last frame first)."""
     if time_step is None:
         return frames
-    return _scaled_frames(frames, time_step, time_scale).long().numpy()
+    return _scaled_frames(frames, time_step, time_scale).astype(np.int64)
 
 
 def _last_frame_offsets(blocks: Blocks) -> np.ndarray:
@@ -116,94 +149,132 @@ def _last_frame_offsets(blocks: Blocks) -> np.ndarray:
     (every frame's offset is at most the last one's: steps are >= 0)."""
     assert blocks.time_step is not None
     scaled = _scaled_frames(blocks.thw[:, 0] - 1, blocks.time_step, blocks.time_scale)
-    bad = ~torch.isfinite(scaled) | (scaled > MAX_TIME_OFFSET)
-    if bool(bad.any()):
+    bad = ~(scaled <= MAX_TIME_OFFSET)  # NaN compares False
+    if bad.any():
         raise InvalidInput(
             f"a video's temporal position offset (frame × tokens_per_second × second_per_grid_t) is "
             f"{float(scaled[bad][0])}; it must be finite and at most 2**53",
             field="second_per_grid_t",
         )
-    return scaled.long().numpy()
+    return scaled.astype(np.int64)
 
 
-def _extents(blocks: Blocks) -> np.ndarray:
-    """``[G]`` largest position of each block relative to its start (text: length - 1)."""
-    extents: np.ndarray  # numpy types reductions and ufuncs over untyped-dtype arrays as Any
+def _reach(blocks: Blocks, side: np.ndarray) -> np.ndarray:
+    """``[G]`` reach of each block (largest position relative to its start, plus 1); ``side`` is ``max(h, w)``."""
+    reach: np.ndarray  # numpy types ufuncs over untyped-dtype arrays as Any
+    frames = blocks.thw[:, 0]
     if blocks.frame_stride is not None:
-        strided = (blocks.thw[:, 0] - 1) * blocks.frame_stride + blocks.thw[:, 1:].max(axis=1) - 1
-        extents = np.maximum(blocks.thw.max(axis=1) - 1, strided)
+        reach = np.maximum(np.maximum(frames, side), (frames - 1) * blocks.frame_stride + side)
     elif blocks.time_step is None:
-        extents = blocks.thw.max(axis=1) - 1
+        reach = np.maximum(frames, side)
     else:
-        last_frame = _last_frame_offsets(blocks)
-        extents = np.maximum(last_frame, blocks.thw[:, 1:].max(axis=1) - 1)
-    return extents
+        reach = np.maximum(_last_frame_offsets(blocks) + 1, side)
+    return reach
 
 
-def _advance_transformers5(blocks: Blocks, extents: np.ndarray) -> np.ndarray:
+def _advance_transformers5(side: np.ndarray, reach: np.ndarray) -> np.ndarray:
     # Text (1, 1, n) advances by n; vision by max(h, w): the temporal extent is ignored.
-    advance: np.ndarray = blocks.thw[:, 1:].max(axis=1)
-    return advance
+    return side
 
 
-def _advance_transformers4(blocks: Blocks, extents: np.ndarray) -> np.ndarray:
-    return extents + 1
+def _advance_transformers4(side: np.ndarray, reach: np.ndarray) -> np.ndarray:
+    return reach
 
 
-ADVANCE_RULES: dict[bool, Callable[[Blocks, np.ndarray], np.ndarray]] = {
+ADVANCE_RULES: dict[bool, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     False: _advance_transformers5,
     True: _advance_transformers4,
 }
-"""``CompatRule.next_start_after_max`` -> ``[G]`` distance from a block's start to the next block's start."""
+"""``CompatRule.next_start_after_max`` -> ``(side, reach)`` -> ``[G]`` distance from a block's start to the next
+block's start (``side``: ``max(h, w)`` of each block)."""
 
 
-def _starts(advance: np.ndarray, row: np.ndarray, row_first_block: np.ndarray) -> np.ndarray:
-    """``[G]`` start of each block: the exclusive running sum of ``advance``, restarted at every row."""
-    global_start = np.cumsum(advance) - advance
-    starts: np.ndarray = global_start - global_start[row_first_block][row]
-    return starts
+def _check_ceiling(advance: np.ndarray, reach: np.ndarray) -> None:
+    """Refuse blocks whose positions would pass POSITION_CEILING (float64 sums: before any int64 sum can wrap)."""
+    if float(advance.sum(dtype=np.float64)) + float(reach.max() - 1) > POSITION_CEILING:
+        raise InvalidInput(
+            f"M-RoPE positions would pass {POSITION_CEILING}: tokens_per_second or second_per_grid_t is too large",
+            field="second_per_grid_t",
+        )
 
 
-def _line_values(blocks: Blocks, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per line: first token's ``[3, Lc]`` T/H/W, ``[3, Lc]`` step along the line, ``[Lc]`` length."""
-    frames, rows, columns = blocks.thw.T
-    lines_per_block = frames * rows
-    line_ends = np.cumsum(lines_per_block)
-    per_block = np.vstack([starts, rows, columns, line_ends - lines_per_block, _LINE_STEP[:, blocks.kind]])
-    per_line = np.repeat(per_block, lines_per_block, axis=1)  # one batched gather for all of the above
-    start, rows_per_frame, length, first_line = per_line[:4]
-    frame, row_in_frame = np.divmod(np.arange(line_ends[-1]) - first_line, rows_per_frame)
-    step = None if blocks.time_step is None else np.repeat(blocks.time_step, lines_per_block)
-    values = np.stack([start + _temporal_offsets(frame, step, blocks.time_scale), start + row_in_frame, start])
-    if blocks.frame_stride is not None:
-        offset = frame * np.repeat(blocks.frame_stride, lines_per_block)  # text/padding lines: frame 0
-        values[0] = start + offset
-        values[1:] += offset
-    return values, per_line[4:], length
+def _starts(advance: np.ndarray, row: np.ndarray, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """``[G]`` start of each block (the exclusive running sum of ``advance``, restarted at every row) and ``[B]``
+    index of each row's first block."""
+    starts = _running_sum(advance)
+    starts -= advance
+    if num_rows == 1:  # nothing to restart
+        return starts, np.zeros(1, dtype=np.int64)
+    row_first_block = row.searchsorted(np.arange(num_rows))
+    starts -= starts[row_first_block][row]
+    return starts, row_first_block
 
 
-def _expand_lines(values: np.ndarray, steps: np.ndarray, lengths: np.ndarray) -> torch.Tensor:
-    """``[3, total]`` int64 token positions ``values[:, l] + steps[:, l] * column`` of lines tiling ``total`` tokens.
+def _lines(blocks: Blocks, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per line: ``[3, Lc]`` T/H/W of its first token, ``[3, Lc]`` step along the line, ``[Lc]`` length.
 
-    Written as one running sum of per-token differences: each line's step, except at the line's first token,
-    which carries the jump from the previous line's last position (int64 wrap-around cancels out in the sum).
+    A block's lines are its frames' rows: line ``k`` of a block is row ``k % h`` of frame ``k // h``; its first token
+    is at ``T = start + offset(frame)``, ``H = start + row``, ``W = start`` (plus ``frame * stride`` on all axes for
+    HY-V4-VL).
     """
-    first_token = np.cumsum(lengths) - lengths
+    frames, rows, columns = blocks.thw[:, 0], blocks.thw[:, 1], blocks.thw[:, 2]
+    lines_per_block = frames * rows
+    block_of_line = np.arange(frames.size).repeat(lines_per_block)
+    first_line = _running_sum(lines_per_block)
+    first_line -= lines_per_block
+    line_in_block = np.arange(block_of_line.size) - first_line[block_of_line]
+    rows_per_frame = rows[block_of_line]
+    frame = line_in_block // rows_per_frame
+    start = starts[block_of_line]
+    step = None if blocks.time_step is None else blocks.time_step[block_of_line]
+    values = np.empty((3, block_of_line.size), dtype=np.int64)
+    np.add(start, _temporal_offsets(frame, step, blocks.time_scale), out=values[0])
+    np.add(start, line_in_block % rows_per_frame, out=values[1])
+    values[2] = start
+    if blocks.frame_stride is not None:
+        offset = frame * blocks.frame_stride[block_of_line]  # text/padding lines: frame 0
+        np.add(start, offset, out=values[0])
+        values[1:] += offset
+    return values, _LINE_STEP.take(blocks.kind[block_of_line], axis=1), columns[block_of_line]
+
+
+DIRECT_EXPANSION_TOKENS = 2048
+"""Up to this many tokens, :func:`_expand_lines` writes each token's position directly (fewest operations); beyond,
+as a running sum (one ``[3, total]`` temporary instead of three)."""
+
+
+def _expand_lines(values: np.ndarray, steps: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``[3, total]`` int64 positions ``values[:, l] + steps[:, l] * column`` of lines tiling ``total`` tokens.
+
+    Small: that formula, per token (``column`` counted from the line's first token). Large: one running sum (in
+    torch, in place) of per-token differences: each line's step, except at the line's first token, which carries
+    the jump from the previous line's last position (int64 wrap-around cancels out in the sum).
+    """
+    ends = _running_sum(lengths)
+    first_token = ends - lengths
+    total = int(ends[-1])
+    if total <= DIRECT_EXPANSION_TOKENS:
+        column = np.arange(total) - first_token.repeat(lengths)
+        positions = values.repeat(lengths, axis=1)
+        positions += steps.repeat(lengths, axis=1) * column
+        return positions
+    last = steps * (lengths - 1)
+    last += values
     jumps = values.copy()
-    jumps[:, 1:] -= (values + steps * (lengths - 1))[:, :-1]
-    differences = np.repeat(steps, lengths, axis=1)
+    jumps[:, 1:] -= last[:, :-1]
+    differences = steps.repeat(lengths, axis=1)
     differences[:, first_token] = jumps
-    return torch.from_numpy(differences).cumsum_(dim=1)
+    torch.from_numpy(differences).cumsum_(dim=1)
+    return differences
 
 
-@dataclass(frozen=True)
-class PositionPlan:
+class PositionPlan(NamedTuple):
     """Everything but the per-token expansion: small arrays (per row, per line)."""
 
     num_rows: int
     width: int
     deltas: np.ndarray  # [B, 1] int64
-    line_values: np.ndarray  # [3, Lc] int64
+    line_values: np.ndarray  # [3, Lc] int64 position of each line's first token
     line_steps: np.ndarray  # [3, Lc] int64
     line_lengths: np.ndarray  # [Lc] int64
 
@@ -211,11 +282,11 @@ class PositionPlan:
         """``position_ids`` ``[3, B, width]`` int64 and ``mrope_position_deltas`` ``[B, 1]`` int64 on ``device``
         (None: the CPU)."""
         if self.num_rows * self.width == 0:
-            positions = torch.zeros((3, self.num_rows, self.width), dtype=torch.long)
+            positions = np.zeros((3, 0), dtype=np.int64)
         else:
             positions = _expand_lines(self.line_values, self.line_steps, self.line_lengths)
-        position_ids = positions.view(3, self.num_rows, self.width)
-        return (position_ids if device is None else position_ids.to(device)), tensor_on(self.deltas, device)
+        position_ids = tensor_on(positions.reshape(3, self.num_rows, self.width), device)
+        return position_ids, tensor_on(self.deltas, device)
 
 
 def plan_positions(
@@ -235,22 +306,19 @@ def plan_positions(
     if num_rows * width == 0:
         none = np.zeros((3, 0), dtype=np.int64)
         return PositionPlan(num_rows, width, np.zeros((num_rows, 1), dtype=np.int64), none, none, none[0])
-    extents = _extents(blocks)
-    advance = ADVANCE_RULES[continue_after_max](blocks, extents)
-    if float(advance.sum(dtype=np.float64)) + float(extents.max()) > POSITION_CEILING:  # before any int64 sum
-        raise InvalidInput(
-            f"M-RoPE positions would pass {POSITION_CEILING}: tokens_per_second or second_per_grid_t is too large",
-            field="second_per_grid_t",
-        )
+    side = np.maximum(blocks.thw[:, 1], blocks.thw[:, 2])
+    reach = _reach(blocks, side)
+    advance = ADVANCE_RULES[continue_after_max](side, reach)
+    if blocks.time_step is not None:  # else a block's advance and reach are at most its token count
+        _check_ceiling(advance, reach)
     is_padding = blocks.kind == PAD_BLOCK if blocks.has_padding else None
     if is_padding is not None:
         advance = np.where(is_padding, 0, advance)
-        extents = np.where(is_padding, -1, extents)  # a padding block raises no row maximum
-    row_first_block = np.searchsorted(blocks.row, np.arange(num_rows))
-    starts = _starts(advance, blocks.row, row_first_block)
-    row_max = np.maximum.reduceat(starts + extents, row_first_block)
-    deltas = (row_max + 1 - row_lengths)[:, None]
+        reach = np.where(is_padding, 0, reach)  # a padding block raises no row maximum
+    starts, row_first_block = _starts(advance, blocks.row, num_rows)
+    deltas = np.maximum.reduceat(starts + reach, row_first_block)  # largest position + 1 of each row
+    deltas -= row_lengths
     if is_padding is not None:
         starts[is_padding] = fill_value  # a padding block is one line at the fill value, which does not advance
-    values, steps, lengths = _line_values(blocks, starts)
-    return PositionPlan(num_rows, width, deltas, values, steps, lengths)
+    values, steps, lengths = _lines(blocks, starts)
+    return PositionPlan(num_rows, width, deltas.reshape(num_rows, 1), values, steps, lengths)

@@ -11,6 +11,7 @@ import bisect
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -24,6 +25,7 @@ from ropeserve.positions._blocks import (
     VIDEO_TOKEN,
     Blocks,
     frame_strides,
+    needs_frame_time,
     plan_positions,
     time_factors,
 )
@@ -81,8 +83,7 @@ class MRopePositions:
     """``[B, T]`` bool: True on real tokens."""
 
 
-@dataclass(frozen=True)
-class ModelSettings:
+class ModelSettings(NamedTuple):
     """A family's defaults with the request's overrides applied."""
 
     family: MRopeFamily
@@ -296,27 +297,27 @@ def _split_video_frames(video_grid: np.ndarray, runs: _Runs, error: _RunErrors) 
     return frames, video_of_frame
 
 
-def _seconds_per_grid(second_per_grid_ts: FloatsLike | None, num_videos: int) -> torch.Tensor | None:
-    """``[num_videos]`` float CPU tensor of seconds per temporal patch; float32 unless given as a float64 tensor."""
+def _seconds_per_grid(second_per_grid_ts: FloatsLike | None, num_videos: int) -> np.ndarray | None:
+    """``[num_videos]`` seconds per temporal patch: float64 when given as a float64 tensor, else float32 (as the
+    processor's tensor holds them; narrower float tensors are widened to it)."""
     if second_per_grid_ts is None:
         return None
     if isinstance(second_per_grid_ts, torch.Tensor):
-        dtype = second_per_grid_ts.dtype if second_per_grid_ts.is_floating_point() else torch.float32
-        seconds = second_per_grid_ts.to(device="cpu", dtype=dtype).reshape(-1)
+        dtype = torch.float64 if second_per_grid_ts.dtype == torch.float64 else torch.float32
+        seconds = second_per_grid_ts.detach().to(device="cpu", dtype=dtype).reshape(-1).numpy()
     else:
         try:
-            seconds = torch.as_tensor(second_per_grid_ts, dtype=torch.float32).reshape(-1)
+            seconds = torch.as_tensor(second_per_grid_ts, dtype=torch.float32).reshape(-1).numpy()
         except (TypeError, ValueError, RuntimeError) as exc:
             raise InvalidInput(
                 f"second_per_grid_ts must be a list of numbers: {exc}", field="second_per_grid_ts"
             ) from exc
-    if seconds.numel() != num_videos:
+    if seconds.size != num_videos:
         raise InvalidInput(
-            f"second_per_grid_ts has {seconds.numel()} values for {num_videos} videos", field="second_per_grid_ts"
+            f"second_per_grid_ts has {seconds.size} values for {num_videos} videos", field="second_per_grid_ts"
         )
-    bad = ~torch.isfinite(seconds) | (seconds < 0)
-    if bool(bad.any()):
-        video = int(bad.nonzero()[0, 0])
+    video = first_true(~(seconds >= 0) | (seconds == np.inf))  # NaN compares False
+    if video is not None:
         raise InvalidInput(
             f"second_per_grid_ts[{video}] is {float(seconds[video])}; it must be finite and >= 0",
             field=f"second_per_grid_ts[{video}]",
@@ -337,7 +338,8 @@ def _merge_grids(
     (``grid_runs[i]``)."""
     if grids.size == 0:
         return grids
-    divisors = np.tile(np.array([1, merge, merge], dtype=np.int64), (grids.shape[0], 1))
+    divisors = np.empty_like(grids)
+    divisors[:] = (1, merge, merge)  # np.tile costs three times as much
     divisors[grid_name.num_images :, 0] = video_t_merge
     merged, remainder = np.divmod(grids, divisors)
     remainder[:, 0] = 0  # transformers floors t // temporal_merge_size
@@ -387,13 +389,11 @@ def _check_token_counts(thw: np.ndarray, runs: _Runs, merge: int, row_end: int, 
 
 
 def _run_seconds(
-    num_runs: int, video_runs: np.ndarray, video_of_grid: np.ndarray | None, seconds: torch.Tensor | None
-) -> torch.Tensor:
-    """``[G]`` float tensor: ``second_per_grid_t`` of each video run (1.0 when not given), 1.0 elsewhere."""
-    run_seconds = torch.ones(num_runs, dtype=torch.float32 if seconds is None else seconds.dtype)
-    if seconds is not None:
-        video_seconds = seconds if video_of_grid is None else seconds.index_select(0, torch.from_numpy(video_of_grid))
-        run_seconds[torch.from_numpy(video_runs)] = video_seconds
+    num_runs: int, video_runs: np.ndarray, video_of_grid: np.ndarray | None, seconds: np.ndarray
+) -> np.ndarray:
+    """``[G]`` float: ``second_per_grid_t`` of each video run, 1.0 elsewhere."""
+    run_seconds = np.ones(num_runs, dtype=seconds.dtype)
+    run_seconds[video_runs] = seconds if video_of_grid is None else seconds[video_of_grid]
     return run_seconds
 
 
@@ -419,7 +419,7 @@ def analyse_tokens(
         family.video_token_id if video_token_id is None else video_token_id,
     )
     mask, row_lengths = mask_and_lengths(attention_mask, types)
-    has_padding = int(row_lengths.sum()) != types.size
+    has_padding = attention_mask is not None and int(row_lengths.sum()) != types.size
     runs = _find_runs(types, mask if has_padding else None)
     error = _RunErrors(runs)
 
@@ -443,7 +443,8 @@ def analyse_tokens(
         _GridNames(image_grid.shape[0], video_of_grid),
         family.video_temporal_merge_size,
     )
-    merged[:, 2] += rule.row_end_tokens
+    if rule.row_end_tokens:
+        merged[:, 2] += rule.row_end_tokens
     thw = np.ones((runs.length.size, 3), dtype=np.int64)
     thw[:, 2] = runs.length
     thw[vision_runs] = merged
@@ -452,10 +453,14 @@ def analyse_tokens(
     time_step, time_scale, run_seconds = None, None, None
     if rule.scales_by_seconds:
         seconds = _seconds_per_grid(second_per_grid_ts, num_videos)
-        assert settings.tokens_per_second is not None
-        seconds_of_run = _run_seconds(runs.length.size, video_runs, video_of_grid, seconds)
-        time_step, time_scale = time_factors(runs.kind, seconds_of_run, settings.tokens_per_second, settings.compat)
-        run_seconds = None if seconds is None else seconds_of_run.numpy()
+        if seconds is not None:
+            run_seconds = _run_seconds(runs.length.size, video_runs, video_of_grid, seconds)
+        if needs_frame_time(runs.kind, thw[:, 0]).any():
+            assert settings.tokens_per_second is not None
+            per_run = np.ones(runs.length.size, dtype=np.float32) if run_seconds is None else run_seconds
+            time_step, time_scale = time_factors(
+                runs.kind, per_run, per_run.dtype.type, settings.tokens_per_second, settings.compat
+            )
     strides = frame_strides(runs.kind, thw) if rule.frame_stride_all_axes else None
     blocks = Blocks(runs.row, runs.kind, thw, time_step, has_padding, time_scale, strides)
     return TokenBlocks(blocks, mask, row_lengths, device, merge, run_seconds)

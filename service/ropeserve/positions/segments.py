@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple, NotRequired, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 import numpy as np
 import torch
@@ -25,6 +25,7 @@ from ropeserve.positions._blocks import (
     VIDEO_TOKEN,
     Blocks,
     frame_strides,
+    needs_frame_time,
     plan_positions,
     time_factors,
 )
@@ -35,6 +36,7 @@ from ropeserve.positions._common import (
     check_element_limit,
     require_finite_float,
     require_int,
+    tensor_on,
 )
 from ropeserve.positions.families import DEFAULT_COMPAT, MRopeCompat, MRopeFamily
 from ropeserve.positions.mrope import (
@@ -95,27 +97,29 @@ class _BlockList:
 
     token_limit: int
     """Most tokens a row may hold (checked as segments arrive, before any per-frame work)."""
-    rows: list[list[tuple[int, int, int, int, float]]] = field(default_factory=list)
-    """Per row: (kind, merged t, merged h, merged w, second_per_grid_t) of each block."""
+    rows: list[list[int]] = field(default_factory=list)
+    """Per row: (row, kind, merged t, merged h, merged w) of each block, flat."""
+    seconds: list[list[float]] = field(default_factory=list)
+    """Per row: second_per_grid_t of each block (1.0 but for videos)."""
     row_lengths: list[int] = field(default_factory=list)
+    frame_times: bool = False
+    """Whether some block needs Qwen2.5-VL frame times (:func:`~ropeserve.positions._blocks.needs_frame_time`)."""
 
     def reserve(self, row: int, tokens: int, field_name: str) -> None:
         """Count ``tokens`` more for ``row``; raise LimitExceeded past the limit."""
-        self.row_lengths[row] += tokens
-        check_limit(self.row_lengths[row], self.token_limit, f"{field_name}: tokens of row {row}", field=field_name)
+        total = self.row_lengths[row] = self.row_lengths[row] + tokens
+        if total > self.token_limit:  # the message is only formatted for the error
+            check_limit(total, self.token_limit, f"{field_name}: tokens of row {row}", field=field_name)
 
     def add_text(self, row: int, count: int) -> None:
         if count > 0:
-            self.rows[row].append((TEXT_TOKEN, 1, 1, count, 1.0))
+            self.rows[row] += (row, TEXT_TOKEN, 1, 1, count)
+            self.seconds[row].append(1.0)
 
     def add_vision(self, row: int, kind: int, t: int, h: int, w: int, seconds: float) -> None:
-        self.rows[row].append((kind, t, h, w, seconds))
-
-
-class _SegmentContext(NamedTuple):
-    settings: ModelSettings
-    row: int
-    field: str
+        self.rows[row] += (row, kind, t, h, w)
+        self.seconds[row].append(seconds)
+        self.frame_times |= needs_frame_time(kind, t)
 
 
 def _segment_kind(segment: object, field_name: str) -> str:
@@ -139,92 +143,102 @@ def _segment_kind(segment: object, field_name: str) -> str:
     return kind
 
 
-def _merged_grid(value: object, context: _SegmentContext, kind: str) -> tuple[int, int, int]:
+def _merged_grid(value: object, settings: ModelSettings, field_name: str, kind: str) -> tuple[int, int, int]:
     """Validate a patch grid and return it in LLM tokens ``(t, h / merge, w / merge)``."""
-    if isinstance(value, str | bytes) or not isinstance(value, Sequence) or len(value) != 3:
-        raise InvalidInput(f"{context.field}: {kind} must be a list [t, h, w], got {value!r}", field=context.field)
+    if (
+        type(value) is not list
+        and (isinstance(value, str | bytes) or not isinstance(value, Sequence))
+        or len(value) != 3
+    ):
+        raise InvalidInput(f"{field_name}: {kind} must be a list [t, h, w], got {value!r}", field=field_name)
     t, h, w = value
     if not (type(t) is int and type(h) is int and type(w) is int):  # fast path for plain ints
-        t, h, w = (require_int(size, context.field) for size in value)
+        t, h, w = (require_int(size, field_name) for size in value)
     if min(t, h, w) < 1:
-        raise InvalidInput(f"{context.field}: {kind} grid {[t, h, w]} has a zero or negative size", field=context.field)
-    merge = context.settings.spatial_merge_size
+        raise InvalidInput(f"{field_name}: {kind} grid {[t, h, w]} has a zero or negative size", field=field_name)
+    merge = settings.spatial_merge_size
     if h % merge or w % merge:
         raise InvalidInput(
-            f"{context.field}: {kind} grid {[t, h, w]}: h and w must be multiples of spatial_merge_size {merge}",
-            field=context.field,
+            f"{field_name}: {kind} grid {[t, h, w]}: h and w must be multiples of spatial_merge_size {merge}",
+            field=field_name,
         )
-    t_merge = context.settings.family.video_temporal_merge_size if kind == "video" else 1
+    t_merge = settings.family.video_temporal_merge_size if kind == "video" else 1
     if t < t_merge:
         raise InvalidInput(
-            f"{context.field}: {kind} grid {[t, h, w]}: t must be at least the video temporal_merge_size {t_merge}",
-            field=context.field,
+            f"{field_name}: {kind} grid {[t, h, w]}: t must be at least the video temporal_merge_size {t_merge}",
+            field=field_name,
         )
-    return t // t_merge, h // merge, w // merge + context.settings.family.temporal_rule.row_end_tokens
+    return t // t_merge, h // merge, w // merge + settings.family.temporal_rule.row_end_tokens
 
 
-def _add_text(blocks: _BlockList, segment: Mapping[str, object], context: _SegmentContext) -> None:
+def _add_text(
+    blocks: _BlockList, segment: Mapping[str, object], settings: ModelSettings, row: int, field_name: str
+) -> None:
     value = segment["text"]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInput(f"{context.field}: text must be an integer, got {value!r}", field=context.field)
+    if type(value) is not int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise InvalidInput(f"{field_name}: text must be an integer, got {value!r}", field=field_name)
     if value < 0:
-        raise InvalidInput(f"{context.field}: text length {value} is negative", field=context.field)
-    blocks.reserve(context.row, value, context.field)
-    blocks.add_text(context.row, value)
+        raise InvalidInput(f"{field_name}: text length {value} is negative", field=field_name)
+    blocks.reserve(row, value, field_name)
+    blocks.add_text(row, value)
 
 
-def _add_image(blocks: _BlockList, segment: Mapping[str, object], context: _SegmentContext) -> None:
-    t, h, w = _merged_grid(segment["image"], context, "image")
-    blocks.reserve(context.row, t * h * w, context.field)
-    blocks.add_vision(context.row, IMAGE_TOKEN, t, h, w, 1.0)
+def _add_image(
+    blocks: _BlockList, segment: Mapping[str, object], settings: ModelSettings, row: int, field_name: str
+) -> None:
+    t, h, w = _merged_grid(segment["image"], settings, field_name, "image")
+    blocks.reserve(row, t * h * w, field_name)
+    blocks.add_vision(row, IMAGE_TOKEN, t, h, w, 1.0)
 
 
-def _frame_gaps(value: object, frames: int, context: _SegmentContext) -> list[int]:
+def _frame_gaps(value: object, frames: int, settings: ModelSettings, field_name: str) -> list[int]:
     if value is None:
         if frames > 1:
             raise InvalidInput(
-                f"{context.field}: {context.settings.family.name} places each of the {frames} frames between "
+                f"{field_name}: {settings.family.name} places each of the {frames} frames between "
                 "timestamp text; give frame_gaps (text tokens between consecutive frames)",
-                field=context.field,
+                field=field_name,
             )
         return []
     gaps = [value] * (frames - 1) if isinstance(value, int) and not isinstance(value, bool) else value
     if isinstance(gaps, str | bytes) or not isinstance(gaps, Sequence) or len(gaps) != frames - 1:
         raise InvalidInput(
-            f"{context.field}: frame_gaps must be an int or a list of {frames - 1} ints, got {value!r}",
-            field=context.field,
+            f"{field_name}: frame_gaps must be an int or a list of {frames - 1} ints, got {value!r}",
+            field=field_name,
         )
     for gap in gaps:
         if isinstance(gap, bool) or not isinstance(gap, int) or gap < 0:
-            raise InvalidInput(f"{context.field}: frame_gaps must hold integers >= 0, got {gap!r}", field=context.field)
+            raise InvalidInput(f"{field_name}: frame_gaps must hold integers >= 0, got {gap!r}", field=field_name)
     return list(gaps)
 
 
-def _add_video(blocks: _BlockList, segment: Mapping[str, object], context: _SegmentContext) -> None:
-    t, h, w = _merged_grid(segment["video"], context, "video")
-    rule = context.settings.family.temporal_rule
+def _add_video(
+    blocks: _BlockList, segment: Mapping[str, object], settings: ModelSettings, row: int, field_name: str
+) -> None:
+    t, h, w = _merged_grid(segment["video"], settings, field_name, "video")
+    rule = settings.family.temporal_rule
     seconds = segment.get("second_per_grid_t")
-    seconds = 1.0 if seconds is None else require_finite_float(seconds, context.field, minimum=0.0)
+    seconds = 1.0 if seconds is None else require_finite_float(seconds, field_name, minimum=0.0)
     if not rule.splits_video_frames:
         if "frame_gaps" in segment:
             raise InvalidInput(
-                f"{context.field}: frame_gaps applies only to families with one block per frame "
-                f"(not {context.settings.family.name})",
-                field=context.field,
+                f"{field_name}: frame_gaps applies only to families with one block per frame "
+                f"(not {settings.family.name})",
+                field=field_name,
             )
-        blocks.reserve(context.row, t * h * w, context.field)
-        blocks.add_vision(context.row, VIDEO_TOKEN, t, h, w, seconds)
+        blocks.reserve(row, t * h * w, field_name)
+        blocks.add_vision(row, VIDEO_TOKEN, t, h, w, seconds)
         return
-    blocks.reserve(context.row, t * h * w, context.field)  # before the per-frame work below
-    gaps = _frame_gaps(segment.get("frame_gaps"), t, context)
-    blocks.reserve(context.row, sum(gaps), context.field)
-    blocks.add_vision(context.row, VIDEO_TOKEN, 1, h, w, seconds)
+    blocks.reserve(row, t * h * w, field_name)  # before the per-frame work below
+    gaps = _frame_gaps(segment.get("frame_gaps"), t, settings, field_name)
+    blocks.reserve(row, sum(gaps), field_name)
+    blocks.add_vision(row, VIDEO_TOKEN, 1, h, w, seconds)
     for gap in gaps:
-        blocks.add_text(context.row, gap)
-        blocks.add_vision(context.row, VIDEO_TOKEN, 1, h, w, seconds)
+        blocks.add_text(row, gap)
+        blocks.add_vision(row, VIDEO_TOKEN, 1, h, w, seconds)
 
 
-_SEGMENT_HANDLERS: dict[str, Callable[[_BlockList, Mapping[str, object], _SegmentContext], None]] = {
+_SEGMENT_HANDLERS: dict[str, Callable[[_BlockList, Mapping[str, object], ModelSettings, int, str], None]] = {
     "text": _add_text,
     "image": _add_image,
     "video": _add_video,
@@ -232,66 +246,71 @@ _SEGMENT_HANDLERS: dict[str, Callable[[_BlockList, Mapping[str, object], _Segmen
 
 
 def _collect_blocks(rows: SegmentRows, settings: ModelSettings, token_limit: int) -> _BlockList:
-    if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
+    if type(rows) is not list and (isinstance(rows, str | bytes) or not isinstance(rows, Sequence)):
         raise InvalidInput("rows must be a list of segment lists", field="rows")
-    blocks = _BlockList(token_limit, rows=[[] for _ in rows], row_lengths=[0] * len(rows))
+    blocks = _BlockList(token_limit, [[] for _ in rows], [[] for _ in rows], [0] * len(rows))
     for row, segments in enumerate(rows):
-        if isinstance(segments, str | bytes | Mapping) or not isinstance(segments, Sequence):
+        if type(segments) is not list and (
+            isinstance(segments, str | bytes | Mapping) or not isinstance(segments, Sequence)
+        ):
             raise InvalidInput(f"rows[{row}] must be a list of segments", field=f"rows[{row}]")
         for position, segment in enumerate(segments):
             field_name = f"rows[{row}].segments[{position}]"
             kind = _segment_kind(segment, field_name)
-            _SEGMENT_HANDLERS[kind](blocks, segment, _SegmentContext(settings, row, field_name))
+            _SEGMENT_HANDLERS[kind](blocks, segment, settings, row, field_name)
     return blocks
 
 
 def _padded_blocks(
     collected: _BlockList,
-    row_lengths: list[int],
     width: int,
+    has_padding: bool,
     padding_side: PaddingSide,
     settings: ModelSettings,
 ) -> Blocks:
     """Blocks tiling ``[B, width]``: each row's blocks plus one padding block on ``padding_side``."""
-    row_ids: list[int] = []
-    entries: list[tuple[int, int, int, int, float]] = []
-    for row, (blocks, length) in enumerate(zip(collected.rows, row_lengths, strict=True)):
-        padding = [(PAD_BLOCK, 1, 1, width - length, 1.0)] if length < width else []
-        ordered = padding + blocks if padding_side == "left" else blocks + padding
-        entries += ordered
-        row_ids += [row] * len(ordered)
-    kind, t, h, w, seconds = zip(*entries, strict=True) if entries else ((), (), (), (), ())
-    kind_array = np.array(kind, dtype=np.int64)
-    time_step, time_scale = _time_steps(kind_array, seconds, settings)
-    thw = np.array((t, h, w), dtype=np.int64).T.reshape(-1, 3)
-    return Blocks(
-        row=np.array(row_ids, dtype=np.int64),
-        kind=kind_array,
-        thw=thw,
-        time_step=time_step,
-        has_padding=min(row_lengths, default=width) < width,
-        time_scale=time_scale,
-        frame_stride=frame_strides(kind_array, thw) if settings.family.temporal_rule.frame_stride_all_axes else None,
-    )
+    flat: list[int] = []
+    seconds: list[float] = []
+    for row, (blocks, times, length) in enumerate(
+        zip(collected.rows, collected.seconds, collected.row_lengths, strict=True)
+    ):
+        if length < width:
+            padding = [row, PAD_BLOCK, 1, 1, width - length]
+            blocks, times = (
+                (padding + blocks, [1.0, *times]) if padding_side == "left" else (blocks + padding, [*times, 1.0])
+            )
+        flat += blocks
+        seconds += times
+    table = np.array(flat, dtype=np.int64).reshape(-1, 5)
+    kind, thw = table[:, 1], table[:, 2:]
+    time_step, time_scale = _time_steps(kind, seconds, collected.frame_times, settings)
+    strides = frame_strides(kind, thw) if settings.family.temporal_rule.frame_stride_all_axes else None
+    return Blocks(table[:, 0], kind, thw, time_step, has_padding, time_scale, strides)
 
 
 def _time_steps(
-    kind: np.ndarray, seconds: tuple[float, ...], settings: ModelSettings
+    kind: np.ndarray, seconds: list[float], frame_times: bool, settings: ModelSettings
 ) -> tuple[np.ndarray | None, float | None]:
-    """Qwen2.5-VL: :func:`~ropeserve.positions._blocks.time_factors` of the blocks (float32 seconds);
-    ``(None, None)`` for the other families."""
-    if not settings.family.temporal_rule.scales_by_seconds:
+    """Qwen2.5-VL blocks needing frame times: :func:`~ropeserve.positions._blocks.time_factors` (seconds rounded to
+    float32, as the processor's tensor holds them); ``(None, None)`` otherwise."""
+    if not (frame_times and settings.family.temporal_rule.scales_by_seconds):
         return None, None
     assert settings.tokens_per_second is not None
-    return time_factors(kind, torch.tensor(seconds, dtype=torch.float32), settings.tokens_per_second, settings.compat)
+    return time_factors(kind, np.array(seconds), np.float32, settings.tokens_per_second, settings.compat)
 
 
-def _row_mask(row_lengths: list[int], padding_side: PaddingSide, device: torch.device | str | None) -> torch.Tensor:
-    """``[B, T]`` bool, ``T = max(row_lengths)``, real tokens on the right or left."""
-    width = max(row_lengths, default=0)
-    lengths = torch.tensor(row_lengths, dtype=torch.long, device=device)[:, None]
-    columns = torch.arange(width, device=device)[None, :]
-    return columns >= width - lengths if padding_side == "left" else columns < lengths
+def _row_mask(
+    row_lengths: np.ndarray, width: int, has_padding: bool, padding_side: PaddingSide, device: torch.device | str | None
+) -> torch.Tensor:
+    """``[B, width]`` bool, real tokens (``row_lengths`` ``[B]`` of each row) on the right or left."""
+    if not has_padding:
+        mask = np.empty((row_lengths.size, width), dtype=bool)
+        mask.fill(True)  # np.ones costs twice as much
+    elif padding_side == "left":
+        mask = np.arange(width) >= width - row_lengths[:, None]
+    else:
+        mask = np.arange(width) < row_lengths[:, None]
+    return tensor_on(mask, device)
 
 
 def mrope_positions_from_segments(
@@ -328,12 +347,14 @@ def mrope_positions_from_segments(
     settings = resolve_settings(family, spatial_merge_size, tokens_per_second, compat)
     collected = _collect_blocks(rows, settings, MAX_ELEMENTS if max_tokens is None else min(max_tokens, MAX_ELEMENTS))
     row_lengths = collected.row_lengths
-    width = max(row_lengths, default=0)
+    width = max(row_lengths) if row_lengths else 0
     check_element_limit(len(rows) * width, max_tokens, "M-RoPE position slots", "rows")
-    blocks = _padded_blocks(collected, row_lengths, width, padding_side, settings)
-    plan = plan_positions(blocks, np.array(row_lengths, dtype=np.int64), width, settings.continue_after_max, fill_value)
+    has_padding = bool(row_lengths) and min(row_lengths) < width
+    blocks = _padded_blocks(collected, width, has_padding, padding_side, settings)
+    lengths = np.array(row_lengths, dtype=np.int64)
+    plan = plan_positions(blocks, lengths, width, settings.continue_after_max, fill_value)
     position_ids, deltas = plan.expand(device)
-    return MRopePositions(position_ids, deltas, _row_mask(row_lengths, padding_side, device))
+    return MRopePositions(position_ids, deltas, _row_mask(lengths, width, has_padding, padding_side, device))
 
 
 def mrope_segments_from_tokens(
