@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Annotated, Any
 
+import numpy as np
 import pytest
 import torch
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -26,6 +27,7 @@ from ropeserve.api.app import add_routes, create_app
 from ropeserve.api.fast_json import FastJSONResponse, encode_json
 from ropeserve.api.inline import INLINE_MAX_POSITIONS, run_sized
 from ropeserve.api.json_route import DirectCall, JSONRoute
+from ropeserve.api.negotiation import json_array
 from ropeserve.api.problems import install_problem_handlers
 from ropeserve.api.schemas import Int64, StrictModel
 from ropeserve.errors import InvalidInput
@@ -258,6 +260,26 @@ def test_tensors_are_encoded_as_their_float64_values() -> None:
         {"t": values.double().tolist(), "i": [0, 1, 2, 3]}
     )
     assert json.loads(encode_json({"t": array, "big": 2**80}))["big"] == 2**80  # the fallback keeps arrays
+
+
+@pytest.mark.parametrize(
+    "tensor",
+    [
+        torch.arange(12).view(3, 4),
+        torch.arange(12).view(3, 4).t(),
+        torch.arange(12, dtype=torch.int32).view(3, 4),
+        torch.linspace(-1, 1, 12, dtype=torch.float64).view(3, 4)[:, ::2],
+        torch.linspace(-1, 1, 12).bfloat16().view(3, 4),
+        torch.linspace(-1, 1, 12, dtype=torch.float64, requires_grad=True).view(3, 4),
+    ],
+    ids=["int64", "transposed", "int32", "float64 strided", "bfloat16", "requires grad"],
+)
+def test_json_arrays_hold_the_tensors_values_in_any_layout(tensor: torch.Tensor) -> None:
+    array = json_array("t", tensor)
+    assert isinstance(array, np.ndarray) and array.flags.c_contiguous
+    assert array.dtype == (np.float64 if tensor.is_floating_point() else np.int64)
+    expected = tensor.detach().double() if tensor.is_floating_point() else tensor.long()
+    assert array.tolist() == expected.tolist()
 
 
 def test_inline_work_runs_torch_serially_and_nothing_else_does() -> None:

@@ -144,8 +144,7 @@ def media_type_of(content_type: str | None) -> str:
 def json_array(name: str, tensor: torch.Tensor) -> np.ndarray | int | float:
     """``tensor`` for the JSON encoder: a C-contiguous float64 (floats) or int64 array, a number for a 0-d tensor;
     a non-finite float (JSON cannot carry it) is a 422 naming the tensor."""
-    wide = tensor.detach().cpu().to(torch.float64 if tensor.is_floating_point() else torch.int64).contiguous()
-    array = wide.numpy()
+    array = _wide_array(tensor)
     if tensor.is_floating_point() and not bool(np.isfinite(array).all()):
         raise InvalidInput(
             f"'{name}' has non-finite values for these parameters (JSON cannot carry them); "
@@ -153,6 +152,14 @@ def json_array(name: str, tensor: torch.Tensor) -> np.ndarray | int | float:
             field=name,
         )
     return array.item() if array.ndim == 0 else array
+
+
+def _wide_array(tensor: torch.Tensor) -> np.ndarray:
+    """``tensor`` as a C-contiguous float64 or int64 CPU array (shared with it when it already is one)."""
+    wide = torch.float64 if tensor.is_floating_point() else torch.int64
+    if tensor.dtype == wide and tensor.device.type == "cpu" and tensor.is_contiguous() and not tensor.requires_grad:
+        return tensor.numpy()
+    return tensor.detach().cpu().to(wide).contiguous().numpy()
 
 
 def wants_safetensors(request: Request, binary_default: bool = False) -> bool:

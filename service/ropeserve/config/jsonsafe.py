@@ -82,28 +82,6 @@ def _bounded_int(error: type[ServiceError], field: str) -> Callable[[str], int]:
     return parse
 
 
-def _any_node(value: Any, bad: Callable[[Any, int], bool]) -> bool:  # noqa: ANN401 - any parsed JSON
-    """Whether ``bad(node, depth)`` holds for some node of ``value`` (iterative: safe on any depth). No
-    pointer is built: the walk of a valid document costs about half of a pointer walk."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if bad(node, depth):
-            return True
-        if isinstance(node, Mapping):
-            children: Iterable[Any] = node.values()
-        elif isinstance(node, list | tuple):
-            children = node
-        else:
-            continue
-        for child in children:
-            if isinstance(child, Mapping | list | tuple):
-                stack.append((child, depth + 1))
-            elif bad(child, depth + 1):
-                return True
-    return False
-
-
 def _with_pointers(value: Any, pointer: str) -> Iterator[tuple[Any, str, int]]:  # noqa: ANN401
     """Every node of ``value`` with its JSON pointer and depth, in document order (for the error message)."""
     stack: list[tuple[Any, str, int]] = [(value, pointer, 0)]
@@ -131,7 +109,7 @@ _IN_RANGE_LEAVES = frozenset({str, float, bool, type(None)})
 
 
 def _numbers_in_range(value: Any) -> bool:  # noqa: ANN401 - any parsed JSON
-    """Whether no node of ``value`` has a ``_number_problem``: the walk of ``_any_node``, with the parsed-JSON
+    """Whether no node of ``value`` has a ``_number_problem``: an iterative walk, with the parsed-JSON
     types (``dict``, ``list``, ``int`` and the leaves of ``_IN_RANGE_LEAVES``) told apart by exact type, without a
     call per node (a config's walk in a few microseconds)."""
     stack: list[tuple[Iterable[Any], int]] = [((value,), 0)]
@@ -173,9 +151,31 @@ def _non_finite(node: Any) -> bool:  # noqa: ANN401 - any parsed JSON node
     return isinstance(node, float) and not math.isfinite(node)
 
 
+_FINITE_LEAVES = frozenset({str, int, bool, type(None)})
+"""Exact types of JSON leaves that are never NaN or infinite: skipped by type, without a call per node."""
+
+
+def _all_finite(value: Any) -> bool:  # noqa: ANN401 - any parsed JSON
+    """Whether no float in ``value`` (dicts, lists and tuples walked, iteratively) is NaN or infinite; exact types
+    first, as ``_numbers_in_range`` does."""
+    stack: list[Iterable[Any]] = [(value,)]
+    while stack:
+        for child in stack.pop():
+            kind = type(child)
+            if kind in _FINITE_LEAVES or (kind is float and math.isfinite(child)):
+                continue
+            if isinstance(child, Mapping):
+                stack.append(child.values())
+            elif isinstance(child, list | tuple):
+                stack.append(child)
+            elif _non_finite(child):
+                return False
+    return True
+
+
 def first_non_finite(value: Any, pointer: str = "") -> str | None:  # noqa: ANN401 - any parsed JSON
     """The JSON pointer of the first NaN or infinity in ``value`` (dicts and lists walked), else None."""
-    if not _any_node(value, lambda node, _: _non_finite(node)):
+    if _all_finite(value):
         return None
     return next((where or "/" for node, where, _ in _with_pointers(value, pointer) if _non_finite(node)), None)
 

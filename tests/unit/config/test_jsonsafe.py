@@ -130,16 +130,19 @@ LEAVES = st.one_of(
     st.integers(-(2**70), 2**70),
     st.sampled_from([10**309, -(10**400), Huge(10**400), Huge(3), int(FLOAT_MAX)]),
 )
-DOCUMENTS = st.recursive(
-    LEAVES,
-    lambda children: st.one_of(
+
+
+def documents_of(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Lists, tuples, dicts and mapping proxies of ``children``."""
+    return st.one_of(
         st.lists(children, max_size=3),
         st.lists(children, max_size=3).map(tuple),
         st.dictionaries(st.text(max_size=2), children, max_size=3),
         st.dictionaries(st.text(max_size=2), children, max_size=3).map(MappingProxyType),
-    ),
-    max_leaves=40,
-)
+    )
+
+
+DOCUMENTS = st.recursive(LEAVES, documents_of, max_leaves=40)
 
 
 def _deepen(value: Any, levels: int) -> Any:  # noqa: ANN401
@@ -166,3 +169,29 @@ def test_check_json_numbers_refuses_exactly_what_a_plain_walk_finds(document: An
 )
 def test_is_json_object_is_isinstance_mapping(value: object) -> None:
     assert is_json_object(value) == isinstance(value, Mapping)
+
+
+class Real(float):
+    """A float subclass (numpy's float64 is one): walked by value, not skipped by its type."""
+
+
+def _first_non_finite(value: Any, pointer: str = "") -> str | None:  # noqa: ANN401
+    """Reference: the pointer of the first NaN or infinity in document order, by a plain recursive walk."""
+    if isinstance(value, Mapping | list | tuple):
+        items = value.items() if isinstance(value, Mapping) else enumerate(value)
+        for key, child in items:
+            escaped = str(key).replace("~", "~0").replace("/", "~1")
+            if (found := _first_non_finite(child, f"{pointer}/{escaped}")) is not None:
+                return found
+        return None
+    return pointer or "/" if isinstance(value, float) and not math.isfinite(value) else None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    document=st.recursive(
+        LEAVES | st.sampled_from([Real(math.nan), Real(-math.inf), Real(2.5)]), documents_of, max_leaves=40
+    )
+)
+def test_first_non_finite_finds_what_a_plain_walk_finds(document: Any) -> None:  # noqa: ANN401
+    assert first_non_finite(document) == _first_non_finite(document)
