@@ -3,8 +3,9 @@
 Reproduces transformers 5.24 ``Qwen2_5OmniPreTrainedModelForConditionalGeneration.get_rope_index`` (every compat
 choice gives the same ids: the Omni function is its own reference). Each block starts at the largest position of the
 piece before it + 1; audio and text advance by 1 per token on all three axes; an image's frame ``k`` has
-``T = start + k * position_id_per_seconds``, a video's ``T = start + floor(fp32(fp32(k * s) * pps))``
-(``s = second_per_grid_t``, ``pps = position_id_per_seconds``), both passed through float32 as transformers does.
+``T = start + k * position_id_per_seconds`` (exact in int64; ``floor(fp32(k * pps))`` for a fractional ``pps``), a
+video's ``T = start + floor(fp32(fp32(k * s) * pps))`` (``s = second_per_grid_t``, ``pps = position_id_per_seconds``),
+as transformers computes them.
 
 Audio in video (``use_audio_in_video``): ``<vision_bos><audio_bos>`` both at the start position ``p``; from ``p + 1``
 the video's tokens (with their times) and the audio's (``p + 1 + a``) are cut into chunks of
@@ -203,9 +204,9 @@ def _vision_writer(grid: np.ndarray, times: np.ndarray, hw: int, start: Start) -
 
 # ------------------------------------------------------------------------------------------------ Qwen2.5-Omni
 def _frame_offsets(times: np.ndarray) -> np.ndarray:
-    """``[t]`` int64 T offsets of :func:`_checked_times`: truncated, then through float32 as
-    ``get_llm_pos_ids_for_vision`` does (``torch.Tensor(t_index)``)."""
-    return times.astype(np.int64, copy=False).astype(np.float32).astype(np.int64)
+    """``[t]`` int64 T offsets of :func:`_checked_times`, truncated as transformers' ``.long()`` (its
+    ``get_llm_pos_ids_for_vision`` then keeps them: ``torch.Tensor`` of an int64 tensor is that tensor)."""
+    return times.astype(np.int64, copy=False)
 
 
 def _vision(row: _Row, start: int, t: int, h: int, w: int, offsets: np.ndarray) -> None:
