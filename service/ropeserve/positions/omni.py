@@ -397,8 +397,9 @@ def _qwen3_items(segments: object, b: int, settings: _Settings, limit: int) -> l
         elif keys in ({"video"}, {"video", "audio"}):
             t, h, w = _grid(segment["video"], field, settings.merge, "video")
             seconds = require_finite_float(segment.get("second_per_grid_t", 1.0), field, minimum=0.0)
-            times = _checked_times(t, seconds, settings.pps, field)
             size = t * h * w
+            check_element_limit(tokens + size, limit, "tokens of a row", field=field)  # before timing every frame
+            times = _checked_times(t, seconds, settings.pps, field)
             if "audio" in segment:
                 audio = _count(segment["audio"], field, 1)
                 item, size = ("av", t, h, w, times, audio), size + audio + 4

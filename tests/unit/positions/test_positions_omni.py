@@ -22,7 +22,7 @@ from omni_oracle import (
     render_omni,
 )
 
-from ropeserve.errors import InvalidInput
+from ropeserve.errors import InvalidInput, LimitExceeded
 from ropeserve.positions.omni import omni_audio_tokens, omni_positions_from_segments, omni_positions_from_tokens
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -259,3 +259,14 @@ def test_image_frame_times_stay_exact_past_float32_integers() -> None:
     for result in (ours, segments):
         assert torch.equal(result.position_ids, expected_ids)
         assert torch.equal(result.mrope_position_deltas, expected_deltas)
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni_moe"])
+def test_a_video_past_the_token_limit_is_refused_before_its_frames_are_timed(family: str) -> None:
+    """A video of 2**40 frames: Qwen3-Omni computed every frame's time before counting the video's tokens (an 8 TiB
+    allocation: a RuntimeError, a 500 over HTTP; a frame count just small enough to allocate ran the machine out of
+    memory). It is refused as over the row's token limit first, as Qwen2.5-Omni refuses it."""
+    rows = [[{"text": 1}, {"video": [2**40, 2, 2], "second_per_grid_t": 0.5}, {"text": 1}]]
+    with pytest.raises(LimitExceeded) as raised:
+        omni_positions_from_segments(rows, family=family, max_tokens=10_000)
+    assert raised.value.field == "rows[0].segments[1]"
