@@ -210,33 +210,19 @@ def test_omni_matches_transformers_with_padding_inside_rows_and_large_frame_time
     family: str, case: dict[str, Any], pps: int, columns: list[int]
 ) -> None:
     """Padding slots inside rows (each row written apart, then scattered to its real slots) and frame times past
-    2**24, where float32 rounds: Qwen2.5-Omni's float32 round trip of the times, Qwen3-Omni's float32 positions (each
-    operation in transformers' dtype and order)."""
+    2**24, where float32 rounds: Qwen2.5-Omni's image times exact in int64 and its video times truncated from
+    float32, Qwen3-Omni's float32 positions (each operation in transformers' dtype and order)."""
     qwen3 = family == "qwen3_omni_moe"
-    batch = render_omni(
-        case["rows"],
-        case["merge"],
-        use_audio_in_video=case["use_audio_in_video"],
-        pads=case["pads"],
-        left=case["left"],
-        tokens_of=audio_tokens_qwen3 if qwen3 else audio_tokens,
-    )
+    layout = {key: case[key] for key in ("use_audio_in_video", "pads", "left")}
+    batch = render_omni(case["rows"], case["merge"], tokens_of=audio_tokens_qwen3 if qwen3 else audio_tokens, **layout)
     batch = _with_padding_inside(batch, columns)
     if qwen3:
         expected_ids, expected_deltas = hf_qwen3_omni_get_rope_index(batch, merge=case["merge"], pps=pps)
     else:
         expected_ids, expected_deltas = hf_omni_get_rope_index(batch, merge=case["merge"], pps=pps, seconds_per_chunk=2)
+    # a rendered batch's fields are the token form's arguments
     ours = omni_positions_from_tokens(
-        family=family,
-        input_ids=batch.input_ids,
-        image_grid_thw=batch.image_grid_thw,
-        video_grid_thw=batch.video_grid_thw,
-        second_per_grid_ts=batch.second_per_grid_ts,
-        audio_seqlens=batch.audio_seqlens,
-        attention_mask=batch.attention_mask,
-        use_audio_in_video=case["use_audio_in_video"],
-        spatial_merge_size=case["merge"],
-        position_id_per_seconds=pps,
+        **vars(batch), family=family, spatial_merge_size=case["merge"], position_id_per_seconds=pps
     )
     assert ours.position_ids.dtype == expected_ids.dtype
     assert torch.equal(ours.position_ids, expected_ids)
