@@ -3,8 +3,9 @@
 Reproduces transformers 5.24 ``Qwen2_5OmniPreTrainedModelForConditionalGeneration.get_rope_index`` (every compat
 choice gives the same ids: the Omni function is its own reference). Each block starts at the largest position of the
 piece before it + 1; audio and text advance by 1 per token on all three axes; an image's frame ``k`` has
-``T = start + k * position_id_per_seconds``, a video's ``T = start + floor(fp32(fp32(k * s) * pps))``
-(``s = second_per_grid_t``, ``pps = position_id_per_seconds``), both passed through float32 as transformers does.
+``T = start + k * position_id_per_seconds`` (exact in int64; ``floor(fp32(k * pps))`` for a fractional ``pps``), a
+video's ``T = start + floor(fp32(fp32(k * s) * pps))`` (``s = second_per_grid_t``, ``pps = position_id_per_seconds``),
+as transformers computes them.
 
 Audio in video (``use_audio_in_video``): ``<vision_bos><audio_bos>`` both at the start position ``p``; from ``p + 1``
 the video's tokens (with their times) and the audio's (``p + 1 + a``) are cut into chunks of
@@ -41,7 +42,8 @@ from ropeserve.positions._common import (
     require_finite_float,
     require_int,
 )
-from ropeserve.positions.mrope import FloatsLike, MRopePositions, mask_and_lengths
+from ropeserve.positions._patterns import grid_pattern, pattern, real_runs
+from ropeserve.positions.mrope import FloatsLike, MRopePositions, real_mask
 
 __all__ = [
     "OMNI_FAMILIES",
@@ -123,27 +125,95 @@ def _settings(
     return spec, _Settings(merge, pps, chunk)
 
 
-# ------------------------------------------------------------------------------------------------ per-row layout
-def _frame_times(frames: int, step: torch.Tensor | None, pps: int | float, field: str) -> np.ndarray:
-    """``[frames]`` int64 T offsets: images ``arange * 1 * pps`` (step None), videos ``arange * s * pps`` in float32;
-    then the float32 round trip of ``get_llm_pos_ids_for_vision``."""
-    ks = torch.arange(frames)
-    times = (ks * 1 * pps) if step is None else (ks * step * pps)
-    if not bool(torch.isfinite(times).all()) or float(times.max()) > MAX_TIME_OFFSET:
+# ------------------------------------------------------------------------------------------------ row plans
+_Write = Callable[[np.ndarray], None]
+"""Writes one piece of a row into its ``[3, n]`` slots (a view of the answer, or a scratch row)."""
+Start = int | np.float32
+"""A position as transformers holds it: an int (int64 arithmetic) or a float32 (Qwen3-Omni, once a vision block has
+made the positions float)."""
+
+
+@dataclass
+class _Row:
+    """A row laid out but not yet written: its pieces ``(tokens, writer)`` in order, its token count, its largest
+    position and, for Qwen2.5-Omni, where its next segment starts."""
+
+    pieces: list[tuple[int, _Write]]
+    tokens: int = 0
+    maximum: float = -1.0
+    next_start: int = 0
+
+    def add(self, tokens: int, write: _Write, maximum: float | np.float32) -> None:
+        self.pieces.append((tokens, write))
+        self.tokens += tokens
+        self.maximum = max(self.maximum, float(maximum))  # as Python floats: exact for both kinds of position
+
+
+def _arange(row: _Row, count: int, start: Start) -> Start:
+    """Append ``arange(count) + start`` on all three axes (in float32 when ``start`` is one); return its last value."""
+    values = np.arange(count, dtype=np.float32 if isinstance(start, np.float32) else np.int64)
+    last: Start = values[-1] + start if isinstance(start, np.float32) else start + count - 1
+
+    def write(out: np.ndarray) -> None:
+        np.add(values, start, out=out)
+
+    row.add(count, write, last)
+    return last
+
+
+def _raw_times(frames: int, seconds: float | None, pps: int | float) -> np.ndarray:
+    """``[frames]`` frame times as transformers computes them: images ``arange * 1 * pps`` (int64 for an int ``pps``,
+    else float32), videos ``arange * fp32(seconds) * pps`` in float32 (torch multiplies by a Python number in the
+    tensor's dtype, as numpy does by a float32 scalar)."""
+    if seconds is None and isinstance(pps, int):
+        return np.arange(frames) * pps
+    with np.errstate(over="ignore", invalid="ignore"):  # an infinite or NaN time is refused by the caller
+        times = np.arange(frames, dtype=np.float32)
+        return times * np.float32(pps) if seconds is None else times * np.float32(seconds) * np.float32(pps)
+
+
+def _checked_times(frames: int, seconds: float | None, pps: int | float, field: str) -> np.ndarray:
+    """:func:`_raw_times`, refused when one is not finite or past ``MAX_TIME_OFFSET``."""
+    times = _raw_times(frames, seconds, pps)
+    if not np.isfinite(times).all() or float(times.max()) > MAX_TIME_OFFSET:
         raise InvalidInput(
             f"{field}: a frame's temporal offset exceeds {MAX_TIME_OFFSET} (or is not finite)", field=field
         )
-    return torch.Tensor(times.long().tolist()).long().numpy()
+    return times
 
 
-def _vision(start: int, times: np.ndarray, h: int, w: int) -> np.ndarray:
-    """``[3, t*h*w]`` positions of a vision block whose frames have T offsets ``times``."""
-    t = times.size
-    out = np.empty((3, t, h, w), dtype=np.int64)
-    out[0] = times[:, None, None]
-    out[1] = np.arange(h)[None, :, None]
-    out[2] = np.arange(w)[None, None, :]
-    return out.reshape(3, -1) + start
+def _float32_grid(frames: int, rows: int, columns: int) -> np.ndarray:
+    """:func:`grid_pattern` in float32 (read-only, cached)."""
+    key = ("omni-float32", frames, rows, columns)
+    return pattern(key, lambda: grid_pattern(frames, rows, columns).astype(np.float32))
+
+
+def _vision_writer(grid: np.ndarray, times: np.ndarray, hw: int, start: Start) -> _Write:
+    """Writes a vision block: ``grid`` (frame, row, column of each token) + ``start``, its T row ``times[frame] +
+    start`` (``[t]``, in the grid's dtype; a single frame's time is 0)."""
+
+    def write(out: np.ndarray) -> None:
+        if times.size == 1:
+            np.add(grid, start, out=out)
+            return
+        np.add(grid[1:], start, out=out[1:])
+        out[0].reshape(times.size, hw)[...] = (times + start)[:, None]
+
+    return write
+
+
+# ------------------------------------------------------------------------------------------------ Qwen2.5-Omni
+def _frame_offsets(times: np.ndarray) -> np.ndarray:
+    """``[t]`` int64 T offsets of :func:`_checked_times`, truncated as transformers' ``.long()`` (its
+    ``get_llm_pos_ids_for_vision`` then keeps them: ``torch.Tensor`` of an int64 tensor is that tensor)."""
+    return times.astype(np.int64, copy=False)
+
+
+def _vision(row: _Row, start: int, t: int, h: int, w: int, offsets: np.ndarray) -> None:
+    """Append a vision block of ``t`` frames (T offsets ``offsets``) at ``start``."""
+    last = start + max(int(offsets[-1]), h - 1, w - 1)
+    row.add(t * h * w, _vision_writer(grid_pattern(t, h, w), offsets, h * w, start), last)
+    row.next_start = last + 1
 
 
 def _video_chunks(times: np.ndarray, per_frame: int, chunk: int) -> np.ndarray:
@@ -154,33 +224,35 @@ def _video_chunks(times: np.ndarray, per_frame: int, chunk: int) -> np.ndarray:
     return index + np.minimum(1, np.minimum.accumulate(reached - index))
 
 
-def _audio_in_video(start: int, times: np.ndarray, h: int, w: int, audio: int, chunk: int) -> list[np.ndarray]:
-    """Pieces of a video with its audio: 2 opening markers, the interleaved chunks, 2 closing markers."""
+def _audio_in_video(row: _Row, start: int, t: int, h: int, w: int, offsets: np.ndarray, audio: int, chunk: int) -> None:
+    """Append a video with its audio: 2 opening markers, the interleaved chunks, 2 closing markers.
+
+    Both chunk sequences are non-decreasing, so the chunks' order (video chunk 0, audio chunk 0, video chunk 1, ...)
+    puts video token ``i`` after the audio tokens of earlier chunks and audio token ``j`` after the video tokens of
+    chunks up to its own."""
     inner = start + 1
-    video = _vision(inner, times, h, w)
-    video_chunk = _video_chunks(times, h * w, chunk)
-    audio_chunk = np.arange(audio) // chunk
-    key = np.concatenate([2 * video_chunk, 2 * audio_chunk + 1])
-    order = np.argsort(key, kind="stable")
-    audio_positions = np.broadcast_to(inner + np.arange(audio), (3, audio))
-    body = np.concatenate([video, audio_positions], axis=1)[:, order]
+    video = np.empty((3, t * h * w), dtype=np.int64)
+    _vision_writer(grid_pattern(t, h, w), offsets, h * w, inner)(video)
+    video_chunk = _video_chunks(offsets, h * w, chunk)
+    audio_index = np.arange(audio)
+    audio_chunk = audio_index // chunk
+    video_slot = np.arange(video_chunk.size) + np.minimum(video_chunk * chunk, audio)
+    audio_slot = audio_index + np.searchsorted(video_chunk, audio_chunk, side="right")
     video_chunks, audio_chunks = int(video_chunk[-1]) + 1, int(audio_chunk[-1]) + 1
     last = max(video_chunks, audio_chunks) - 1
     # the last piece appended is audio chunk `last` (its last token) when there is one, else video chunk `last`
     last_max = inner + audio - 1 if last < audio_chunks else int(video[:, video_chunk == last].max())
-    return [np.full((3, 2), start, dtype=np.int64), body, np.full((3, 2), last_max + 1, dtype=np.int64)]
 
+    def write(out: np.ndarray) -> None:
+        out[:, :2] = start
+        body = out[:, 2:-2]
+        body[:, video_slot] = video
+        body[:, audio_slot] = inner + audio_index
+        out[:, -2:] = last_max + 1
 
-@dataclass
-class _Row:
-    pieces: list[np.ndarray]
-    next_start: int = 0
-    tokens: int = 0
-
-    def add(self, piece: np.ndarray, next_start: int) -> None:
-        self.pieces.append(piece)
-        self.next_start = next_start
-        self.tokens += piece.shape[1]
+    video_max = inner + max(int(offsets[-1]), h - 1, w - 1)
+    row.add(video.shape[1] + audio + 4, write, max(video_max, inner + audio - 1, last_max + 1))
+    row.next_start = last_max + 2
 
 
 def _grid(value: object, field: str, merge: int, kind: str) -> tuple[int, int, int]:
@@ -203,6 +275,8 @@ def _count(value: object, field: str, minimum: int) -> int:
 
 
 _KEYS = {"text", "image", "video", "audio", "second_per_grid_t"}
+_SINGLE_FRAME = np.zeros(1, dtype=np.int64)
+"""The T offsets of a single-frame image (0 whatever ``position_id_per_seconds``)."""
 
 
 def _add_segment(row: _Row, segment: Mapping[str, object], field: str, settings: _Settings, limit: int) -> None:
@@ -214,33 +288,33 @@ def _add_segment(row: _Row, segment: Mapping[str, object], field: str, settings:
         count = _count(segment["text"], field, 0)
         if count:
             _reserve(row, count, limit, field)
-            row.add(np.broadcast_to(start + np.arange(count), (3, count)), start + count)
+            _arange(row, count, start)
+            row.next_start = start + count
         return
     if kinds == {"audio"} and len(segment) == 1:
         count = _count(segment["audio"], field, 1)
         _reserve(row, count, limit, field)
-        row.add(np.broadcast_to(start + np.arange(count), (3, count)), start + count)
+        _arange(row, count, start)
+        row.next_start = start + count
         return
     if kinds == {"image"} and len(segment) == 1:
         t, h, w = _grid(segment["image"], field, settings.merge, "image")
         _reserve(row, t * h * w, limit, field)
-        piece = _vision(start, _frame_times(t, None, settings.pps, field), h, w)
-        row.add(piece, int(piece.max()) + 1)
+        offsets = _SINGLE_FRAME if t == 1 else _frame_offsets(_checked_times(t, None, settings.pps, field))
+        _vision(row, start, t, h, w, offsets)
         return
     if "video" in kinds and not kinds & {"text", "image"}:
         t, h, w = _grid(segment["video"], field, settings.merge, "video")
         seconds = segment.get("second_per_grid_t", 1.0)
         seconds = require_finite_float(seconds, field, minimum=0.0)
         _reserve(row, t * h * w, limit, field)
-        times = _frame_times(t, torch.tensor(seconds, dtype=torch.float32), settings.pps, field)
+        offsets = _frame_offsets(_checked_times(t, seconds, settings.pps, field))
         if "audio" not in segment:
-            piece = _vision(start, times, h, w)
-            row.add(piece, int(piece.max()) + 1)
+            _vision(row, start, t, h, w, offsets)
             return
         audio = _count(segment["audio"], field, 1)
-        _reserve(row, audio + 4, limit, field)
-        for piece in _audio_in_video(start, times, h, w, audio, settings.chunk):
-            row.add(piece, int(piece[0, -1]) + 1)
+        _reserve(row, audio + 4, limit, field)  # the video's tokens are counted once the whole segment is laid out
+        _audio_in_video(row, start, t, h, w, offsets, audio, settings.chunk)
         return
     raise InvalidInput(f"{field}: unexpected combination of keys {sorted(segment)}", field=field)
 
@@ -249,8 +323,8 @@ def _reserve(row: _Row, tokens: int, limit: int, field: str) -> None:
     check_element_limit(row.tokens + tokens, limit, "tokens of a row", field=field)
 
 
-def _layout_rows(rows: object, settings: _Settings, limit: int) -> list[np.ndarray]:
-    """``[3, n_b]`` positions of each row's real tokens."""
+def _layout_rows(rows: object, settings: _Settings, limit: int) -> list[_Row]:
+    """Each row laid out (validated, its pieces planned)."""
     if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
         raise InvalidInput("rows must be a list of segment lists", field="rows")
     out = []
@@ -260,26 +334,48 @@ def _layout_rows(rows: object, settings: _Settings, limit: int) -> list[np.ndarr
         row = _Row([])
         for i, segment in enumerate(segments):
             _add_segment(row, segment, f"rows[{b}].segments[{i}]", settings, limit)
-        out.append(np.concatenate(row.pieces, axis=1) if row.pieces else np.zeros((3, 0), dtype=np.int64))
+        out.append(row)
     return out
+
+
+def _write_rows(rows: list[_Row], mask: np.ndarray, out: np.ndarray) -> None:
+    """Write each row into its real slots of ``out`` ``[3, B, L]`` (``mask`` ``[B, L]``): in place when they are one
+    run of slots (the usual left or right padding), else through a scratch row."""
+    first, one_run = (values.tolist() for values in real_runs(mask))
+    for b, row in enumerate(rows):
+        slots = out[:, b, first[b] : first[b] + row.tokens] if one_run[b] else np.empty((3, row.tokens), out.dtype)
+        offset = 0
+        for tokens, write in row.pieces:
+            write(slots[:, offset : offset + tokens])
+            offset += tokens
+        if not one_run[b]:
+            out[:, b, mask[b]] = slots
+
+
+def _assemble(rows: list[_Row], mask: np.ndarray, fill_value: int) -> MRopePositions:
+    """Qwen2.5-Omni's int64 ``[3, B, L]`` (padded slots ``fill_value``) and deltas."""
+    positions = np.full((3, *mask.shape), fill_value, dtype=np.int64)
+    _write_rows(rows, mask, positions)
+    deltas = np.array([int(row.maximum) + 1 - row.tokens if row.tokens else 0 for row in rows], dtype=np.int64)
+    return MRopePositions(torch.from_numpy(positions), torch.from_numpy(deltas.reshape(-1, 1)), torch.from_numpy(mask))
 
 
 # ------------------------------------------------------------------------------------------------ Qwen3-Omni
 _Qwen3Block = (
     tuple[Literal["audio"], int]
     | tuple[Literal["image"], int, int, int]
-    | tuple[Literal["video"], int, int, int, float]
-    | tuple[Literal["av"], int, int, int, float, int]
+    | tuple[Literal["video"], int, int, int, np.ndarray]
+    | tuple[Literal["av"], int, int, int, np.ndarray, int]
 )
-"""A non-text block of a Qwen3-Omni row (merged sizes): audio length, image ``t, h, w``, video
-``t, h, w, second_per_grid_t``, or a video with its audio ``t, h, w, second_per_grid_t, audio length``."""
+"""A non-text block of a Qwen3-Omni row (merged sizes): audio length, image ``t, h, w``, video ``t, h, w, times``, or
+a video with its audio ``t, h, w, times, audio length`` (``times`` ``[t]`` float32, :func:`_raw_times`)."""
 _Qwen3Item = tuple[Literal["text"], int] | _Qwen3Block
 """One validated segment of a Qwen3-Omni row: a text length or a block."""
 
 
 def _qwen3_items(segments: object, b: int, settings: _Settings, limit: int) -> list[_Qwen3Item]:
-    """Validated segments of one row as ``("text", n)``, ``("image", t, h, w)``, ``("video", t, h, w, s)``,
-    ``("audio", n)`` or ``("av", t, h, w, s, n)`` (merged sizes); token count checked against ``limit``."""
+    """Validated segments of one row as ``("text", n)``, ``("image", t, h, w)``, ``("video", t, h, w, times)``,
+    ``("audio", n)`` or ``("av", t, h, w, times, n)`` (merged sizes); token count checked against ``limit``."""
     if isinstance(segments, str | bytes | Mapping) or not isinstance(segments, Sequence):
         raise InvalidInput(f"rows[{b}] must be a list of segments", field=f"rows[{b}]")
     items: list[_Qwen3Item] = []
@@ -299,15 +395,16 @@ def _qwen3_items(segments: object, b: int, settings: _Settings, limit: int) -> l
             t, h, w = _grid(segment["image"], field, settings.merge, "image")
             item, size = ("image", t, h, w), t * h * w
         elif keys in ({"video"}, {"video", "audio"}):
-            grid = _grid(segment["video"], field, settings.merge, "video")
+            t, h, w = _grid(segment["video"], field, settings.merge, "video")
             seconds = require_finite_float(segment.get("second_per_grid_t", 1.0), field, minimum=0.0)
-            _frame_times(grid[0], torch.tensor(seconds, dtype=torch.float32), settings.pps, field)  # range check
-            size = grid[0] * grid[1] * grid[2]
+            size = t * h * w
+            check_element_limit(tokens + size, limit, "tokens of a row", field=field)  # before timing every frame
+            times = _checked_times(t, seconds, settings.pps, field)
             if "audio" in segment:
                 audio = _count(segment["audio"], field, 1)
-                item, size = ("av", *grid, seconds, audio), size + audio + 4
+                item, size = ("av", t, h, w, times, audio), size + audio + 4
             else:
-                item = ("video", *grid, seconds)
+                item = ("video", t, h, w, times)
         else:
             raise InvalidInput(f"{field}: unexpected combination of keys {sorted(segment)}", field=field)
         tokens += size
@@ -316,57 +413,57 @@ def _qwen3_items(segments: object, b: int, settings: _Settings, limit: int) -> l
     return items
 
 
-Start = int | torch.Tensor
-"""A block's start as transformers holds it: 0 (a Python int) or a 0-d int64/float32 tensor."""
+def _qwen3_vision(t: int, h: int, w: int, times: np.ndarray, start: Start) -> tuple[_Write, np.float32]:
+    """``get_llm_pos_ids_for_vision``: the writer of a vision block's float32 T/H/W ``+ start``, and its largest
+    position (its last token's: times do not decrease)."""
+    origin = np.float32(start)
+    last = max(times[-1], np.float32(h - 1), np.float32(w - 1)) + origin
+    return _vision_writer(_float32_grid(t, h, w), times, h * w, origin), last
 
 
-def _qwen3_vision(start: Start, t: int, h: int, w: int, times: torch.Tensor) -> torch.Tensor:
-    """``get_llm_pos_ids_for_vision``: float32 T/H/W of a vision block, plus ``start``."""
-    h_index = torch.arange(h).view(1, -1, 1).expand(t, -1, w).flatten().float()
-    w_index = torch.arange(w).view(1, 1, -1).expand(t, h, -1).flatten().float()
-    t_index = torch.Tensor(times).view(-1, 1).expand(-1, h * w).flatten().float()
-    return torch.stack([t_index, h_index, w_index]) + start
-
-
-def _arange_from(count: int, start: Start) -> torch.Tensor:
-    return torch.arange(count).view(1, -1).expand(3, -1) + start
-
-
-def _qwen3_block(pieces: list[torch.Tensor], item: _Qwen3Block, start: Start, pps: int | float) -> None:
-    """Append the pieces of one image / video / audio / audio-in-video block starting at ``start``."""
+def _qwen3_block(row: _Row, item: _Qwen3Block, start: Start, pps: int | float) -> Start:
+    """Append one image / video / audio / audio-in-video block starting at ``start``; return the largest position of
+    the last piece transformers appends for it (which sets where the closing markers go)."""
     if item[0] == "audio":
-        pieces.append(_arange_from(item[1], start))
-        return
+        return _arange(row, item[1], start)
     t, h, w = item[1:4]
-    if item[0] == "image":
-        pieces.append(_qwen3_vision(start, t, h, w, (torch.arange(t) * 1 * pps).float()))
-        return
-    times = (torch.arange(t) * torch.tensor(item[4], dtype=torch.float32) * pps).float()
-    video = _qwen3_vision(start, t, h, w, times)
-    if item[0] == "video":
-        pieces.append(video)
-        return
-    audio = _arange_from(item[5], start)
-    # transformers merges one token at a time, video first on ties: a stable sort of the two T rows in float32
-    keys = torch.cat([video[0], audio[0].float()])
-    order = torch.sort(keys, stable=True).indices
-    merged = torch.cat([video, audio.float()], dim=1)[:, order]
-    from_video = order < video.shape[1]
-    # the loop stops once one side is used up; the other side's rest is appended as one piece (the last one)
-    stop = min(int(from_video.nonzero().max()), int((~from_video).nonzero().max()))
-    pieces.append(merged[:, : stop + 1])
-    if stop + 1 < merged.shape[1]:
-        rest = merged[:, stop + 1 :]
-        pieces.append(rest if bool(from_video[stop + 1]) else rest.to(audio.dtype))
-    else:  # the last token appended alone keeps its own dtype
-        last = merged[:, stop:]
-        pieces[-1] = merged[:, :stop]
-        pieces.append(last if bool(from_video[stop]) else last.to(audio.dtype))
+    times = _raw_times(t, None, pps).astype(np.float32) if item[0] == "image" else item[4]
+    write, last = _qwen3_vision(t, h, w, times, start)
+    if item[0] != "av":
+        row.add(t * h * w, write, last)
+        return last
+    return _qwen3_merge(row, t * h * w, write, last, item[5], start)
 
 
-def _qwen3_row(items: list[_Qwen3Item], settings: _Settings, b: int) -> torch.Tensor:
-    """``[3, n]`` float32 positions of one row, in transformers' order of float operations."""
-    pieces: list[torch.Tensor] = []
+def _qwen3_merge(
+    row: _Row, tokens: int, write_video: _Write, video_last: np.float32, audio: int, start: Start
+) -> Start:
+    """Append a video (``tokens``, written by ``write_video``) merged with its ``audio`` tokens by T, as transformers
+    merges them one token at a time (video first on ties); return the largest position of the last piece it appends:
+    the rest of the side left over once the other is used up (audio keeps its dtype there)."""
+    video = np.empty((3, tokens), dtype=np.float32)
+    write_video(video)
+    audio_values = (
+        np.arange(audio, dtype=np.float32) + start if isinstance(start, np.float32) else np.arange(audio) + start
+    )
+    audio_keys = audio_values.astype(np.float32, copy=False)
+    video_slot = np.arange(tokens) + np.searchsorted(audio_keys, video[0], side="left")
+    audio_slot = np.arange(audio) + np.searchsorted(video[0], audio_keys, side="right")
+
+    def write(out: np.ndarray) -> None:
+        out[:, video_slot] = video
+        out[:, audio_slot] = audio_values
+
+    row.add(tokens + audio, write, max(float(video_last), float(audio_keys[-1])))
+    if audio_slot[-1] < video_slot[-1]:
+        return video_last
+    return audio_values[-1] if isinstance(start, np.float32) else int(audio_keys[-1])
+
+
+def _qwen3_row(items: list[_Qwen3Item], settings: _Settings, b: int) -> _Row:
+    """One row's float32 positions planned, in transformers' order of float operations."""
+    row = _Row([])
+    last: Start | None = None  # largest position of the last piece transformers appended
     pending, eos_in_text = 0, 0
     for item in items:
         if item[0] == "text":
@@ -379,51 +476,37 @@ def _qwen3_row(items: list[_Qwen3Item], settings: _Settings, b: int) -> torch.Te
                 f"rows[{b}]: a block needs its start marker (and the block before it its end marker) as text",
                 field=f"rows[{b}]",
             )
-        start = pieces[-1].max() + 1 if pieces else 0
+        start = 0 if last is None else last + 1
         if prefix:
-            pieces.append(_arange_from(prefix, start))
+            _arange(row, prefix, start)
             start = start + prefix
         markers = 2 if compound else 1
-        pieces.append(_arange_from(markers, start))
-        _qwen3_block(pieces, item, start + markers, settings.pps)
-        pieces.append(_arange_from(markers, pieces[-1].max() + 1))
+        _arange(row, markers, start)
+        last = _arange(row, markers, _qwen3_block(row, item, start + markers, settings.pps) + 1)
         pending, eos_in_text = 0, (0 if compound else 1)
     tail = pending - eos_in_text
     if tail < 0:
         raise InvalidInput(f"rows[{b}]: the last block needs its end marker as text", field=f"rows[{b}]")
     if tail:
-        pieces.append(_arange_from(tail, pieces[-1].max() + 1 if pieces else 0))
-    return torch.cat([piece.float() for piece in pieces], dim=1) if pieces else torch.zeros((3, 0))
+        _arange(row, tail, 0 if last is None else last + 1)
+    return row
 
 
-def _qwen3_assemble(rows: list[torch.Tensor], mask: np.ndarray, fill_value: float) -> MRopePositions:
+def _qwen3_assemble(rows: list[_Row], mask: np.ndarray, fill_value: int) -> MRopePositions:
     """Qwen3-Omni's float32 ``[3, B, L]`` (padded slots ``fill_value``) and float32 deltas."""
-    mask_t = torch.from_numpy(mask)
     positions = torch.full((3, *mask.shape), float(fill_value), dtype=torch.float32)
-    deltas = torch.zeros((mask.shape[0], 1), dtype=torch.float32)
+    _write_rows(rows, mask, positions.numpy())
+    deltas = np.zeros((mask.shape[0], 1), dtype=np.float32)
     for b, row in enumerate(rows):
-        positions[:, b, mask_t[b]] = row
-        if row.shape[1]:
-            deltas[b, 0] = row.max() + 1 - row.shape[1]
-    return MRopePositions(positions, deltas, mask_t)
+        if row.tokens:
+            deltas[b, 0] = np.float32(row.maximum) + 1 - row.tokens
+    return MRopePositions(positions, torch.from_numpy(deltas), torch.from_numpy(mask))
 
 
-def _layout_qwen3(rows: object, settings: _Settings, limit: int) -> list[torch.Tensor]:
+def _layout_qwen3(rows: object, settings: _Settings, limit: int) -> list[_Row]:
     if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
         raise InvalidInput("rows must be a list of segment lists", field="rows")
     return [_qwen3_row(_qwen3_items(segments, b, settings, limit), settings, b) for b, segments in enumerate(rows)]
-
-
-def _assemble(rows: list[np.ndarray], mask: np.ndarray, fill_value: int) -> MRopePositions:
-    """Scatter each row's positions into the real slots of a ``[3, B, L]`` tensor filled with ``fill_value``."""
-    num_rows, width = mask.shape
-    positions = np.full((3, num_rows, width), fill_value, dtype=np.int64)
-    deltas = np.zeros((num_rows, 1), dtype=np.int64)
-    for b, row in enumerate(rows):
-        positions[:, b, mask[b]] = row
-        if row.shape[1]:
-            deltas[b, 0] = int(row.max()) + 1 - row.shape[1]
-    return MRopePositions(torch.from_numpy(positions), torch.from_numpy(deltas), torch.from_numpy(mask))
 
 
 def omni_positions_from_segments(
@@ -445,7 +528,7 @@ def omni_positions_from_segments(
     limit = MAX_ELEMENTS if max_tokens is None else min(max_tokens, MAX_ELEMENTS)
     layout, assemble = LAYOUTS[spec.name]
     laid_out = layout(rows, settings, limit)
-    lengths = np.array([row.shape[1] for row in laid_out], dtype=np.int64)
+    lengths = np.array([row.tokens for row in laid_out], dtype=np.int64)
     width = int(lengths.max(initial=0))
     check_element_limit(len(laid_out) * width, max_tokens, "M-RoPE position slots", "rows")
     columns = np.arange(width)[None, :]
@@ -453,11 +536,13 @@ def omni_positions_from_segments(
     return assemble(laid_out, mask, spec.fill_value if fill_value is None else fill_value)
 
 
-LAYOUTS: dict[str, tuple[Callable[..., list[np.ndarray] | list[torch.Tensor]], Callable[..., MRopePositions]]] = {
+_Layout = Callable[[object, _Settings, int], list[_Row]]
+_Assemble = Callable[[list[_Row], np.ndarray, int], MRopePositions]
+LAYOUTS: dict[str, tuple[_Layout, _Assemble]] = {
     "qwen2_5_omni": (_layout_rows, _assemble),
     "qwen3_omni_moe": (_layout_qwen3, _qwen3_assemble),
 }
-"""Omni family -> (rows -> per-row positions, assembly into the padded batch)."""
+"""Omni family -> (rows -> each row laid out, written into the padded batch with its deltas)."""
 
 
 # ------------------------------------------------------------------------------------------------ token form
@@ -571,7 +656,7 @@ def omni_positions_from_tokens(
     if not isinstance(use_audio_in_video, bool):
         raise InvalidInput("use_audio_in_video must be true or false", field="use_audio_in_video")
     ids = as_long_array(input_ids, "input_ids", ndim=2)
-    mask = mask_and_lengths(attention_mask, ids)[0]
+    mask = real_mask(attention_mask, ids)
     token_ids = [
         (spec.image_token_id if image_token_id is None else image_token_id, _IMAGE),
         (spec.video_token_id if video_token_id is None else video_token_id, _VIDEO),

@@ -3,6 +3,7 @@ video by time chunks), in both input forms, with left/right padding; and its inp
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -10,6 +11,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omni_oracle import (
+    TEXT_ID,
+    OmniBatch,
     as_segments,
     audio_tokens,
     audio_tokens_qwen3,
@@ -19,7 +22,7 @@ from omni_oracle import (
     render_omni,
 )
 
-from ropeserve.errors import InvalidInput
+from ropeserve.errors import InvalidInput, LimitExceeded
 from ropeserve.positions.omni import omni_audio_tokens, omni_positions_from_segments, omni_positions_from_tokens
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -183,3 +186,73 @@ def test_batch_without_grids_takes_transformers_text_branch(family: str) -> None
     assert torch.equal(ours.position_ids, expected_ids)
     assert torch.equal(ours.mrope_position_deltas, expected_deltas)
     assert int(ours.mrope_position_deltas[1, 0]) == 1
+
+
+def _with_padding_inside(batch: OmniBatch, columns: list[int]) -> OmniBatch:
+    """``batch`` with a padding slot (id TEXT_ID, mask 0) inserted before each of ``columns`` (taken modulo the width):
+    rows whose real tokens are no longer one run of slots."""
+    ids, mask = batch.input_ids, batch.attention_mask
+    for column in columns:
+        at = column % (ids.shape[1] + 1)
+        ids = torch.cat([ids[:, :at], torch.full((ids.shape[0], 1), TEXT_ID), ids[:, at:]], dim=1)
+        mask = torch.cat([mask[:, :at], torch.zeros((mask.shape[0], 1), dtype=mask.dtype), mask[:, at:]], dim=1)
+    return dataclasses.replace(batch, input_ids=ids, attention_mask=mask)
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni_moe"])
+@SETTINGS
+@given(
+    case=cases(),
+    pps=st.sampled_from([2**20 + 3, 2**24 + 1]),
+    columns=st.lists(st.integers(0, 10**4), min_size=1, max_size=3),
+)
+def test_omni_matches_transformers_with_padding_inside_rows_and_large_frame_times(
+    family: str, case: dict[str, Any], pps: int, columns: list[int]
+) -> None:
+    """Padding slots inside rows (each row written apart, then scattered to its real slots) and frame times past
+    2**24, where float32 rounds: Qwen2.5-Omni's image times exact in int64 and its video times truncated from
+    float32, Qwen3-Omni's float32 positions (each operation in transformers' dtype and order)."""
+    qwen3 = family == "qwen3_omni_moe"
+    layout = {key: case[key] for key in ("use_audio_in_video", "pads", "left")}
+    batch = render_omni(case["rows"], case["merge"], tokens_of=audio_tokens_qwen3 if qwen3 else audio_tokens, **layout)
+    batch = _with_padding_inside(batch, columns)
+    if qwen3:
+        expected_ids, expected_deltas = hf_qwen3_omni_get_rope_index(batch, merge=case["merge"], pps=pps)
+    else:
+        expected_ids, expected_deltas = hf_omni_get_rope_index(batch, merge=case["merge"], pps=pps, seconds_per_chunk=2)
+    # a rendered batch's fields are the token form's arguments
+    ours = omni_positions_from_tokens(
+        **vars(batch), family=family, spatial_merge_size=case["merge"], position_id_per_seconds=pps
+    )
+    assert ours.position_ids.dtype == expected_ids.dtype
+    assert torch.equal(ours.position_ids, expected_ids)
+    assert torch.equal(ours.mrope_position_deltas, expected_deltas)
+
+
+def test_image_frame_times_stay_exact_past_float32_integers() -> None:
+    """transformers keeps an image's frame times ``k * position_id_per_seconds`` in int64 (``torch.Tensor`` of an int64
+    tensor is that tensor): at 2**24 + 1 positions per second frame 1 sits 16777217 after the image's start. They were
+    rounded through float32 here (16777216 after it), in both input forms."""
+    pps = 2**24 + 1
+    rows = [[{"text": 2}, {"image": [2, 2, 2]}, {"text": 2}]]
+    batch = render_omni(rows, 2, use_audio_in_video=False, pads=[0], left=True)
+    expected_ids, expected_deltas = hf_omni_get_rope_index(batch, merge=2, pps=pps, seconds_per_chunk=2)
+    ours = omni_positions_from_tokens(
+        input_ids=batch.input_ids, image_grid_thw=batch.image_grid_thw, position_id_per_seconds=pps
+    )
+    segments = omni_positions_from_segments(as_segments(rows, 2), position_id_per_seconds=pps)
+    assert ours.position_ids[0, 0, 3] == 2 + pps  # frame 1 of the image starting at position 2
+    for result in (ours, segments):
+        assert torch.equal(result.position_ids, expected_ids)
+        assert torch.equal(result.mrope_position_deltas, expected_deltas)
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni_moe"])
+def test_a_video_past_the_token_limit_is_refused_before_its_frames_are_timed(family: str) -> None:
+    """A video of 2**40 frames: Qwen3-Omni computed every frame's time before counting the video's tokens (an 8 TiB
+    allocation: a RuntimeError, a 500 over HTTP; a frame count just small enough to allocate ran the machine out of
+    memory). It is refused as over the row's token limit first, as Qwen2.5-Omni refuses it."""
+    rows = [[{"text": 1}, {"video": [2**40, 2, 2], "second_per_grid_t": 0.5}, {"text": 1}]]
+    with pytest.raises(LimitExceeded) as raised:
+        omni_positions_from_segments(rows, family=family, max_tokens=10_000)
+    assert raised.value.field == "rows[0].segments[1]"

@@ -1,5 +1,5 @@
-"""The per-grid pattern cache behind GLM-Image, HunYuan-VL and MiniCPM-V positions: bounded in bytes, read-only,
-and never visible through an answer (a caller mutating its answer in place cannot change the next one)."""
+"""The per-grid pattern cache behind GLM-Image, HunYuan-VL, MiniCPM-V and Omni positions: bounded in bytes,
+read-only, and never visible through an answer (a caller mutating its answer in place cannot change the next one)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from ropeserve.positions._patterns import (
 from ropeserve.positions.glm_image import glm_image_positions
 from ropeserve.positions.hunyuan_vl import hunyuan_vl_positions, hunyuan_vl_positions_from_segments
 from ropeserve.positions.minicpm_v import MiniCpmMarkers, minicpmv_positions
+from ropeserve.positions.omni import omni_positions_from_segments
 
 
 def test_cache_stays_within_its_byte_budget_and_drops_the_oldest_first() -> None:
@@ -166,7 +167,36 @@ def _minicpm() -> tuple[torch.Tensor, ...]:
     return result.position_ids, result.mrope_position_deltas
 
 
-@pytest.mark.parametrize("positions", [_glm, _hunyuan, _minicpm], ids=["glm_image", "hunyuan_vl", "minicpmv4_7"])
+OMNI_ROWS = [
+    [
+        {"text": 2},
+        {"image": [1, 4, 4]},
+        {"text": 2},
+        {"image": [2, 4, 6]},
+        {"text": 2},
+        {"video": [2, 4, 4], "second_per_grid_t": 0.5, "audio": 30},
+        {"text": 1},
+    ],
+    [{"text": 3}, {"image": [1, 4, 4]}, {"text": 1}],
+]
+"""Single- and two-frame images and a video with its audio, in two rows of different lengths."""
+
+
+def _omni() -> tuple[torch.Tensor, ...]:
+    result = omni_positions_from_segments(OMNI_ROWS, padding_side="left")
+    return result.position_ids, result.mrope_position_deltas
+
+
+def _qwen3_omni() -> tuple[torch.Tensor, ...]:
+    result = omni_positions_from_segments(OMNI_ROWS, family="qwen3_omni_moe", padding_side="left")
+    return result.position_ids, result.mrope_position_deltas
+
+
+@pytest.mark.parametrize(
+    "positions",
+    [_glm, _hunyuan, _minicpm, _omni, _qwen3_omni],
+    ids=["glm_image", "hunyuan_vl", "minicpmv4_7", "qwen2_5_omni", "qwen3_omni_moe"],
+)
 def test_a_mutated_answer_does_not_change_the_next_one(positions: Callable[[], tuple[torch.Tensor, ...]]) -> None:
     first = positions()
     kept = [tensor.clone() for tensor in first]
@@ -179,7 +209,7 @@ def test_a_mutated_answer_does_not_change_the_next_one(positions: Callable[[], t
 def test_answers_hold_no_cached_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every answer tensor owns fresh memory: none shares storage with a cached pattern."""
     monkeypatch.setattr(_patterns, "PATTERNS", PatternCache())
-    answers = [*_glm(), *_hunyuan(), *_minicpm()]
+    answers = [*_glm(), *_hunyuan(), *_minicpm(), *_omni(), *_qwen3_omni()]
     cached = [pattern for pattern, _ in _patterns.PATTERNS._patterns.values()]
     assert cached  # the families did use the cache
     for tensor in answers:
