@@ -1,4 +1,5 @@
-"""The per-grid pattern cache behind GLM-Image, HunYuan-VL and MiniCPM-V positions is shared by every request.
+"""The per-grid pattern cache behind GLM-Image, HunYuan-VL, MiniCPM-V and Qwen2.5/3-Omni positions is shared by every
+request.
 
 Over a real socket against the served app (uvloop + httptools, in a thread of this process, with the cache shrunk
 to 64 KiB so that entries are evicted and rebuilt while other requests read them): clients send batches of one
@@ -18,6 +19,12 @@ from typing import Any
 
 import pytest
 import torch
+from omni_oracle import (
+    audio_tokens_qwen3,
+    hf_omni_get_rope_index,
+    hf_qwen3_omni_get_rope_index,
+    render_omni,
+)
 from positions_oracle import MINICPM_MARKERS, hf_glm_image, hf_hunyuan, hf_minicpmv
 from served import Served, serving
 
@@ -116,7 +123,51 @@ def minicpm_case(rng: random.Random, shapes: list[tuple[int, int]]) -> Case:
     return body, {"position_ids": expected, "mrope_position_deltas": deltas}
 
 
-BUILDERS: list[Callable[[random.Random, list[tuple[int, int]]], Case]] = [glm_case, hunyuan_case, minicpm_case]
+def omni_case(rng: random.Random, shapes: list[tuple[int, int]]) -> Case:
+    """Qwen2.5-Omni or Qwen3-Omni (int64 and float32 patterns): images, a video with its audio, an audio clip."""
+    qwen3 = rng.random() < 0.5
+    rows = []
+    for _ in range(rng.randint(1, 2)):
+        h, w = rng.choice(shapes)
+        video = {"video": [rng.randint(1, 3), 2 * h, 2 * w], "second_per_grid_t": rng.choice([0.5, 0.7, 1.0])}
+        rows.append(
+            [
+                {"text": rng.randint(2, 5)},
+                {"image": [1, 2 * h, 2 * w]},
+                {"text": 2},
+                {**video, "audio_seqlen": rng.randint(50, 300)},
+                {"text": 2},
+                {"audio_seqlen": rng.randint(20, 120)},
+                {"text": rng.randint(2, 4)},
+            ]
+        )
+    tokens_of = {"tokens_of": audio_tokens_qwen3} if qwen3 else {}
+    batch = render_omni(rows, 2, use_audio_in_video=True, pads=[0] * len(rows), left=True, **tokens_of)
+    if qwen3:
+        expected, deltas = hf_qwen3_omni_get_rope_index(batch, merge=2, pps=25)
+    else:
+        expected, deltas = hf_omni_get_rope_index(batch, merge=2, pps=25, seconds_per_chunk=2)
+    assert batch.image_grid_thw is not None and batch.video_grid_thw is not None
+    assert batch.second_per_grid_ts is not None and batch.audio_seqlens is not None
+    body = {
+        "family": "qwen3_omni_moe" if qwen3 else "qwen2_5_omni",
+        "input_ids": batch.input_ids.tolist(),
+        "attention_mask": batch.attention_mask.tolist(),
+        "image_grid_thw": batch.image_grid_thw.tolist(),
+        "video_grid_thw": batch.video_grid_thw.tolist(),
+        "second_per_grid_ts": batch.second_per_grid_ts.tolist(),
+        "audio_seqlens": batch.audio_seqlens.tolist(),
+        "use_audio_in_video": True,
+    }
+    return body, {"position_ids": expected, "mrope_position_deltas": deltas}
+
+
+BUILDERS: list[Callable[[random.Random, list[tuple[int, int]]], Case]] = [
+    glm_case,
+    hunyuan_case,
+    minicpm_case,
+    omni_case,
+]
 
 
 def cases(seed: int) -> list[Case]:
@@ -124,7 +175,7 @@ def cases(seed: int) -> list[Case]:
     rng = random.Random(seed)
     shared = [(2, 3), (3, 3)]
     own = [(2 + seed % 3, 4 + seed), (5, 2 + seed)]
-    return [BUILDERS[k % 3](rng, shared if k % 2 else own) for k in range(REQUESTS_PER_CLIENT)]
+    return [BUILDERS[k % len(BUILDERS)](rng, shared if (k // 2) % 2 else own) for k in range(REQUESTS_PER_CLIENT)]
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +214,7 @@ def test_concurrent_requests_get_their_own_positions_while_the_cache_churns(serv
             answer = exchange(served.port, body)
             assert answer is not None
             for name, tensor in expected.items():
-                if not torch.equal(torch.tensor(answer[name]), tensor):
+                if not torch.equal(torch.tensor(answer[name], dtype=tensor.dtype), tensor):
                     failures.append(f"client {seed} request {k} ({body['family']}): {name} is not its answer")
 
     def leaver(seed: int) -> None:
