@@ -48,12 +48,11 @@ def test_a_piece_that_arrives_is_returned_and_the_watchdog_ends() -> None:
 
 
 def test_only_the_stalled_one_of_concurrent_receives_times_out() -> None:
-    """The second receive starts once the first one's deadline has passed, so the watchdog's next wake-up finds
-    one task past its deadline and one within it (by a whole timeout: a generous margin for a slow machine)."""
-    timeout_s = 0.5
+    """Two tasks wait at once; the second one's deadline is moved an hour ahead once it is registered, so the
+    watchdog's wake-ups find one task past its deadline and one within it however slow the machine is."""
 
     async def run() -> None:
-        watch = IdleWatch(timeout_s)
+        watch = IdleWatch(TIMEOUT_S)
         arrived = asyncio.Event()
 
         async def late() -> dict[str, object]:
@@ -61,8 +60,9 @@ def test_only_the_stalled_one_of_concurrent_receives_times_out() -> None:
             return MESSAGE
 
         stalled = asyncio.create_task(watch.receive(never))
-        await asyncio.sleep(timeout_s)
         waiting = asyncio.create_task(watch.receive(late))
+        await asyncio.sleep(0)  # both registered
+        watch.deadlines[waiting] += 3600
         with pytest.raises(TimeoutError):
             await stalled
         assert not waiting.done()
