@@ -68,6 +68,9 @@ class Blocks(NamedTuple):
     """Second float multiply of the frame time (vLLM / SGLang: tokens_per_second); None: none."""
     frame_stride: np.ndarray | None = None
     """[G] int64 offset of each frame on all three axes (HY-V4-VL vision: ``max(h, w)``, 0 elsewhere); None: none."""
+    narrow: torch.dtype | None = None
+    """float16 / bfloat16: the dtype of the caller's seconds tensor, to which torch rounds every frame-time product
+    (``time_step`` then holds its values in float32); None: the products stay in ``time_step``'s dtype."""
 
 
 @overload
@@ -85,19 +88,29 @@ def needs_frame_time(kind: int | np.ndarray, frames: int | np.ndarray) -> bool |
     return (kind == VIDEO_TOKEN) | (frames > 1)
 
 
+def rounded_to(values: np.ndarray, narrow: torch.dtype | None) -> np.ndarray:
+    """float32 ``values`` rounded to ``narrow`` (float16 / bfloat16) and held in float32 again, as torch stores a
+    product of ``narrow`` tensors (computed in float32) in their dtype; ``values`` itself when None."""
+    if narrow is None:
+        return values
+    return torch.from_numpy(values).to(narrow).float().numpy()
+
+
 def time_factors(
     kind: np.ndarray,
     seconds: np.ndarray,
     dtype: type[np.floating],
     tokens_per_second: float,
     compat: MRopeCompat,
+    narrow: torch.dtype | None = None,
 ) -> tuple[np.ndarray, float | None]:
     """Qwen2.5-VL: ``([G] step, scale)`` with ``T offset of frame k = floor((k * step) * scale)`` (no ``* scale``
     when None), in ``dtype`` (float32, or float64 for float64 seconds) with one rounding per multiply, as the
     reproduced torch code computes it.
 
     ``kind`` ``[G]`` int64: each block's kind. ``seconds`` ``[G]`` float: each video block's ``second_per_grid_t``
-    (other blocks: any value), rounded to ``dtype`` here. transformers: step ``tokens_per_second *
+    (other blocks: any value), rounded to ``dtype`` here; with ``narrow`` (``dtype`` float32), each product is rounded
+    to that dtype as torch does for a float16 / bfloat16 seconds tensor. transformers: step ``tokens_per_second *
     second_per_grid_t`` (rounded to ``dtype`` first), 1 for images; vLLM / SGLang: step ``second_per_grid_t`` then
     ``* tokens_per_second``, 0 for images.
     """
@@ -108,7 +121,7 @@ def time_factors(
         other = np.where(kind == IMAGE_TOKEN, rule.image_time_step, 1.0).astype(dtype)
         if rule.seconds_first:
             return np.where(is_video, seconds, other), tokens_per_second
-        return np.where(is_video, seconds * tokens_per_second, other), None
+        return np.where(is_video, rounded_to(seconds * tokens_per_second, narrow), other), None
 
 
 def frame_strides(kind: np.ndarray, thw: np.ndarray) -> np.ndarray:
@@ -123,32 +136,40 @@ MAX_TIME_OFFSET = 2**53
 ``.long()`` would wrap)."""
 
 
-def _scaled_frames(frames: np.ndarray, time_step: np.ndarray, time_scale: float | None) -> np.ndarray:
+def _scaled_frames(
+    frames: np.ndarray, time_step: np.ndarray, time_scale: float | None, narrow: torch.dtype | None = None
+) -> np.ndarray:
     """``(frame * step) * scale`` in the step's float dtype, as torch computes it: the frame converted to that dtype,
     the Python-float scale rounded to it, one IEEE rounding per multiply (numpy 2 and torch agree bit for bit, see
-    the tests). Overflow gives inf and ``0 * inf`` NaN, silently: :func:`_last_frame_offsets` refuses both."""
+    the tests); with ``narrow``, the frame and each product rounded to it as well (:attr:`Blocks.narrow`). Overflow
+    gives inf and ``0 * inf`` NaN, silently: :func:`_last_frame_offsets` refuses both."""
     scaled: np.ndarray  # numpy types ufuncs over untyped-dtype arrays as Any
     with np.errstate(over="ignore", invalid="ignore"):
-        scaled = frames.astype(time_step.dtype) * time_step
+        scaled = rounded_to(rounded_to(frames.astype(time_step.dtype), narrow) * time_step, narrow)
         if time_scale is not None:
-            scaled = scaled * time_scale
+            scaled = rounded_to(scaled * time_scale, narrow)
     return scaled
 
 
-def _temporal_offsets(frames: np.ndarray, time_step: np.ndarray | None, time_scale: float | None = None) -> np.ndarray:
+def _temporal_offsets(
+    frames: np.ndarray,
+    time_step: np.ndarray | None,
+    time_scale: float | None = None,
+    narrow: torch.dtype | None = None,
+) -> np.ndarray:
     """``floor((frame * step) * scale)`` exactly as the reproduced code, then torch's ``.long()``: a truncation,
     which numpy's cast to int64 shares for the finite values >= 0 met here (checked by :func:`_reach` on each
     block's last frame first)."""
     if time_step is None:
         return frames
-    return _scaled_frames(frames, time_step, time_scale).astype(np.int64)
+    return _scaled_frames(frames, time_step, time_scale, narrow).astype(np.int64)
 
 
 def _last_frame_offsets(blocks: Blocks) -> np.ndarray:
     """``[G]`` temporal offset of each block's last frame; raises when one is not finite or past MAX_TIME_OFFSET
     (every frame's offset is at most the last one's: steps are >= 0)."""
     assert blocks.time_step is not None
-    scaled = _scaled_frames(blocks.thw[:, 0] - 1, blocks.time_step, blocks.time_scale)
+    scaled = _scaled_frames(blocks.thw[:, 0] - 1, blocks.time_step, blocks.time_scale, blocks.narrow)
     bad = ~(scaled <= MAX_TIME_OFFSET)  # NaN compares False
     if bad.any():
         raise InvalidInput(
@@ -228,7 +249,7 @@ def _lines(blocks: Blocks, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     start = starts[block_of_line]
     step = None if blocks.time_step is None else blocks.time_step[block_of_line]
     values = np.empty((3, block_of_line.size), dtype=np.int64)
-    np.add(start, _temporal_offsets(frame, step, blocks.time_scale), out=values[0])
+    np.add(start, _temporal_offsets(frame, step, blocks.time_scale, blocks.narrow), out=values[0])
     np.add(start, line_in_block % rows_per_frame, out=values[1])
     values[2] = start
     if blocks.frame_stride is not None:

@@ -297,9 +297,14 @@ def _split_video_frames(video_grid: np.ndarray, runs: _Runs, error: _RunErrors) 
     return frames, video_of_frame
 
 
+NARROW_SECONDS = (torch.float16, torch.bfloat16)
+"""Seconds tensor dtypes whose frame-time products torch rounds to them (``BatchFeature.to(dtype)`` casts the
+processor's float32 seconds with the pixel values): reproduced in float32 with a rounding per product."""
+
+
 def _seconds_per_grid(second_per_grid_ts: FloatsLike | None, num_videos: int) -> np.ndarray | None:
     """``[num_videos]`` seconds per temporal patch: float64 when given as a float64 tensor, else float32 (as the
-    processor's tensor holds them; narrower float tensors are widened to it)."""
+    processor's tensor holds them; a float16 / bfloat16 tensor's values, exact in float32: see NARROW_SECONDS)."""
     if second_per_grid_ts is None:
         return None
     if isinstance(second_per_grid_ts, torch.Tensor):
@@ -450,8 +455,10 @@ def analyse_tokens(
     thw[vision_runs] = merged
     _check_token_counts(thw, runs, merge, rule.row_end_tokens, error)
 
-    time_step, time_scale, run_seconds = None, None, None
+    time_step, time_scale, run_seconds, narrow = None, None, None, None
     if rule.scales_by_seconds:
+        if isinstance(second_per_grid_ts, torch.Tensor) and second_per_grid_ts.dtype in NARROW_SECONDS:
+            narrow = second_per_grid_ts.dtype
         seconds = _seconds_per_grid(second_per_grid_ts, num_videos)
         if seconds is not None:
             run_seconds = _run_seconds(runs.length.size, video_runs, video_of_grid, seconds)
@@ -459,10 +466,10 @@ def analyse_tokens(
             assert settings.tokens_per_second is not None
             per_run = np.ones(runs.length.size, dtype=np.float32) if run_seconds is None else run_seconds
             time_step, time_scale = time_factors(
-                runs.kind, per_run, per_run.dtype.type, settings.tokens_per_second, settings.compat
+                runs.kind, per_run, per_run.dtype.type, settings.tokens_per_second, settings.compat, narrow
             )
     strides = frame_strides(runs.kind, thw) if rule.frame_stride_all_axes else None
-    blocks = Blocks(runs.row, runs.kind, thw, time_step, has_padding, time_scale, strides)
+    blocks = Blocks(runs.row, runs.kind, thw, time_step, has_padding, time_scale, strides, narrow)
     return TokenBlocks(blocks, mask, row_lengths, device, merge, run_seconds)
 
 
@@ -518,7 +525,8 @@ def mrope_positions_from_tokens(
         video_grid_thw: ``[N_vid, 3]`` likewise. Qwen3-VL / GLM-4V: each video is split into ``t`` frames of
             ``(1, h, w)``, each a separate run of video tokens between timestamp text.
         second_per_grid_ts: ``[N_vid]`` seconds per temporal patch (Qwen2.5-VL only; ignored by the other
-            families; missing = 1.0 per video). float32 unless given as a float64 tensor, like the processor's.
+            families; missing = 1.0 per video). Computed in the tensor's dtype as transformers does (float32 for
+            lists and integer tensors, like the processor's).
         attention_mask: ``[B, L]`` 1 real / 0 pad (any side); default all real.
         spatial_merge_size, tokens_per_second: override the family defaults.
         compat: where the block after a vision block starts (default ``transformers5``).

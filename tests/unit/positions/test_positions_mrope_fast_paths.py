@@ -142,19 +142,28 @@ def test_image_of_several_frames_keeps_its_frame_times(compat: str, frame_times:
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_narrow_float_seconds_are_computed_in_float32(dtype: torch.dtype) -> None:
-    """As documented: float32 unless float64 (bfloat16 0.7 * 25 is 17.5 in bfloat16, 17.48 in float32: frame 2
-    at 35 against 34)."""
-    seconds = torch.tensor([0.7], dtype=dtype)
-    kwargs: dict[str, Any] = {
-        "family": "qwen2_5_vl",
-        "mm_token_type_ids": [[0] + [2] * 24],
-        "video_grid_thw": [[6, 4, 4]],
-        "tokens_per_second": 25,
-    }
-    narrow = mrope_positions_from_tokens(**kwargs, second_per_grid_ts=seconds)
-    widened = mrope_positions_from_tokens(**kwargs, second_per_grid_ts=seconds.float())
-    assert torch.equal(narrow.position_ids, widened.position_ids)
+@pytest.mark.parametrize("tokens_per_second", [25, 2.3])
+@pytest.mark.parametrize("compute", ["direct", "one-per-token-line"])
+def test_narrow_float_seconds_match_transformers(dtype: torch.dtype, tokens_per_second: float, compute: str) -> None:
+    """A float16 / bfloat16 seconds tensor (what ``BatchFeature.to(dtype)`` makes of the processor's) is computed
+    in its dtype, as transformers does: bfloat16 0.7 * 25 is 17.5 (17.48 in float32: frame 2 at 35, not 34), and
+    the frame times of long videos round to the dtype's spacing. Left padding, two videos, frames up to 300."""
+    rows = [
+        [{"text": 3}, {"video": [300, 2, 2], "second_per_grid_t": 0.7}, {"text": 2}],
+        [{"text": 1}, {"video": [40, 2, 4], "second_per_grid_t": 1 / 3}, {"text": 4}],
+    ]
+    batch = render_tokens(rows, "qwen2_5_vl", 2, pads=[0, 5])
+    seconds = batch.second_per_grid_ts.to(dtype)
+    kwargs = batch.kwargs() | {"second_per_grid_ts": seconds}
+    expected, deltas = hf_get_rope_index(
+        "qwen2_5_vl", input_ids=batch.input_ids, **kwargs, tokens_per_second=tokens_per_second
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_blocks, "DIRECT_EXPANSION_TOKENS", 10**9 if compute == "direct" else 0)
+        ours = mrope_positions_from_tokens(family="qwen2_5_vl", tokens_per_second=tokens_per_second, **kwargs)
+    real = batch.attention_mask.bool()
+    assert torch.equal(ours.position_ids[:, real], expected[:, real])
+    assert torch.equal(ours.mrope_position_deltas, deltas)
 
 
 def test_seconds_tensor_that_requires_grad_is_read() -> None:
