@@ -276,6 +276,9 @@ def test_glm_image_over_http_gives_prefill_and_decode_positions(client: TestClie
     wrapping = {"family": "glm_image", "input_ids": [[7, 16384, 16385]], "image_grid_thw": [[1024, 2**27, 2**27]]}
     response = client.post("/v1/mrope/positions", json=wrapping)  # t*h*w = 2**64: 0 in int64 (was a 500)
     assert response.status_code == 422 and response.json()["field"] == "rows[0]", response.text
+    huge = {"family": "glm_image", "input_ids": [[7]] * 4, "image_grid_thw": [[1, 3000, 3000]]}
+    response = client.post("/v1/mrope/positions", json=huge, headers=SAFETENSORS)  # 864 MB of decode positions
+    assert response.status_code == 422 and response.json()["field"] == "image_grid_thw", response.text
 
 
 def test_hunyuan_vl_over_http_gives_four_axes(client: TestClient) -> None:

@@ -299,6 +299,7 @@ def _glm_image_prefill(body: MRopePositionsRequest, family: str, merge: int | No
         image_grid_thw=body.image_grid_thw,
         images_per_sample=body.images_per_sample,
         attention_mask=body.attention_mask,
+        max_tokens=limit,
     )
 
 

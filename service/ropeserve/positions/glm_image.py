@@ -198,8 +198,8 @@ def _prefill(mask: np.ndarray, images: _Images) -> tuple[np.ndarray, np.ndarray]
 
 
 def _decode_pattern(generated: tuple[tuple[int, ...], ...]) -> np.ndarray:
-    """``[3, D]`` read-only positions from 0 of the generated images (the last grid first) and one final token."""
-    check_element_limit(sum(h * w for _, h, w in generated) + 1, None, "decode positions", "image_grid_thw")
+    """``[3, D]`` read-only positions from 0 of the generated images (the last grid first) and one final token
+    (``D`` checked by :func:`_decode`)."""
 
     def build() -> np.ndarray:
         columns, position = [], 0
@@ -212,9 +212,10 @@ def _decode_pattern(generated: tuple[tuple[int, ...], ...]) -> np.ndarray:
     return pattern(("glm-image-decode", generated), build)
 
 
-def _decode(grids: _Grids, complete: list[int], after: np.ndarray) -> np.ndarray | None:
+def _decode(grids: _Grids, complete: list[int], after: np.ndarray, limit: int | None, field: str) -> np.ndarray | None:
     """``[R, 3, D]`` decode positions of the rows with grids, from each row's ``after`` (shorter rows repeat
-    their last column); rows with the same generated grids share one pattern."""
+    their last column); rows with the same generated grids share one pattern. ``R * D`` is checked against
+    ``limit`` before anything is built (a few grid numbers ask for billions of positions)."""
     keyed: dict[tuple[tuple[int, ...], ...], int] = {}
     which, rows = [], []
     for b, (first, count, done) in enumerate(zip(grids.first, grids.count, complete, strict=True)):
@@ -224,6 +225,8 @@ def _decode(grids: _Grids, complete: list[int], after: np.ndarray) -> np.ndarray
             rows.append(b)
     if not rows:
         return None
+    width = max(sum(h * w for _, h, w in generated) + 1 for generated in keyed)
+    check_element_limit(len(rows) * width, limit, "decode positions", field)
     starts = after if len(rows) == after.size else after[rows]
     patterns = [_decode_pattern(generated) for generated in keyed]
     if len(patterns) == 1:  # the usual batch: every row generates the same grids
@@ -243,15 +246,37 @@ def glm_image_positions(
     attention_mask: IntsLike | None = None,
     image_start_token_id: int = GLM_IMAGE_START_TOKEN_ID,
     image_end_token_id: int = GLM_IMAGE_END_TOKEN_ID,
+    max_tokens: int | None = None,
 ) -> GlmImagePositions:
-    """Prefill and decode positions of a GLM-Image batch (see the module docstring)."""
+    """Prefill and decode positions of a GLM-Image batch (see the module docstring); ``max_tokens`` bounds the
+    decode positions (rows with grids × the longest row's)."""
+    return _positions(
+        input_ids,
+        image_grid_thw,
+        images_per_sample,
+        attention_mask,
+        (image_start_token_id, image_end_token_id),
+        max_tokens,
+        "image_grid_thw",
+    )
+
+
+def _positions(
+    input_ids: IntsLike,
+    image_grid_thw: IntsLike | None,
+    images_per_sample: IntsLike | None,
+    attention_mask: IntsLike | None,
+    marks: tuple[int, int],
+    max_tokens: int | None,
+    decode_field: str,
+) -> GlmImagePositions:
     ids = as_long_array(input_ids, "input_ids", ndim=2)
     rows, width = ids.shape
     mask = real_mask(attention_mask, ids)
     grids = _grids(image_grid_thw, images_per_sample, rows)
-    images = _find_images(ids, mask, grids, (image_start_token_id, image_end_token_id))
+    images = _find_images(ids, mask, grids, marks)
     positions, after = _prefill(mask, images)
-    decode = _decode(grids, images.complete, after)
+    decode = _decode(grids, images.complete, after, max_tokens, decode_field)
     return GlmImagePositions(
         torch.from_numpy(positions),
         torch.from_numpy(np.zeros((rows, 1), dtype=np.int64)),
@@ -331,9 +356,12 @@ def glm_image_positions_from_segments(
     mask = columns >= width - lengths[:, None] if padding_side == "left" else columns < lengths[:, None]
     ids = np.full(mask.shape, _TEXT_ID, dtype=np.int64)
     ids[mask] = np.concatenate(id_rows) if id_rows else np.zeros(0, dtype=np.int64)
-    return glm_image_positions(
-        input_ids=ids,
-        image_grid_thw=np.array(grids, dtype=np.int64).reshape(-1, 3) if grids else None,
-        images_per_sample=np.array(counts, dtype=np.int64) if grids else None,
-        attention_mask=mask,
+    return _positions(
+        ids,
+        np.array(grids, dtype=np.int64).reshape(-1, 3) if grids else None,
+        np.array(counts, dtype=np.int64) if grids else None,
+        mask,
+        (GLM_IMAGE_START_TOKEN_ID, GLM_IMAGE_END_TOKEN_ID),
+        limit,
+        "rows",
     )

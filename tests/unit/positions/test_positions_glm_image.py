@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from positions_oracle import hf_glm_image, padded_with_holes
 
-from ropeserve.errors import InvalidInput
+from ropeserve.errors import InvalidInput, LimitExceeded
 from ropeserve.positions.glm_image import glm_image_positions, glm_image_positions_from_segments
 
 START, END, IMAGE, TEXT = 16384, 16385, 167855, 7
@@ -133,3 +133,21 @@ def test_glm_image_image_starting_on_the_previous_end_marker_matches_transformer
     ours = glm_image_positions(input_ids=ids, image_grid_thw=grids, attention_mask=mask)
     assert torch.equal(ours.position_ids, expected)
     assert expected_decode is None or torch.equal(ours.decode_position_ids, expected_decode)
+
+
+def test_decode_positions_count_against_the_limit_before_they_are_built() -> None:
+    """A few grid numbers ask for billions of decode positions (4 one-token rows reading a 3000x3000 grid: 4 x 9M,
+    864 MB; one 11000x11000 grid: a MemoryError, a 500 over HTTP): rows with grids x the longest row's decode
+    positions is checked against ``max_tokens`` first, in both forms, naming what the caller sent."""
+    with pytest.raises(LimitExceeded) as raised:
+        glm_image_positions(input_ids=[[TEXT]] * 4, image_grid_thw=[[1, 3000, 3000]], max_tokens=10**6)
+    assert raised.value.field == "image_grid_thw"
+    with pytest.raises(LimitExceeded) as raised:
+        glm_image_positions_from_segments([[{"text": 1}, {"generate": [1, 11000, 11000]}]], max_tokens=10**6)
+    assert raised.value.field == "rows"
+    # at the limit: 2 rows x (3*3 + 4*4 + 1) decode positions
+    rows = [[{"text": 1}, {"generate": [1, 3, 3]}, {"generate": [1, 4, 4]}]] * 2
+    decode = glm_image_positions_from_segments(rows, max_tokens=52).decode_position_ids
+    assert decode is not None and decode.shape == (2, 3, 26)
+    with pytest.raises(LimitExceeded):
+        glm_image_positions_from_segments(rows, max_tokens=51)
