@@ -298,8 +298,9 @@ def _split_video_frames(video_grid: np.ndarray, runs: _Runs, error: _RunErrors) 
 
 
 NARROW_SECONDS = (torch.float16, torch.bfloat16)
-"""Seconds tensor dtypes whose frame-time products torch rounds to them (``BatchFeature.to(dtype)`` casts the
-processor's float32 seconds with the pixel values): reproduced in float32 with a rounding per product."""
+"""Seconds tensor dtypes whose frame-time products transformers' torch code rounds to them (``BatchFeature.to(dtype)``
+casts the processor's float32 seconds with the pixel values): reproduced in float32 with a rounding per product,
+under the transformers rules only (vLLM reads the seconds as Python floats and multiplies in float32)."""
 
 
 def _seconds_per_grid(second_per_grid_ts: FloatsLike | None, num_videos: int) -> np.ndarray | None:
@@ -457,7 +458,11 @@ def analyse_tokens(
 
     time_step, time_scale, run_seconds, narrow = None, None, None, None
     if rule.scales_by_seconds:
-        if isinstance(second_per_grid_ts, torch.Tensor) and second_per_grid_ts.dtype in NARROW_SECONDS:
+        if (
+            isinstance(second_per_grid_ts, torch.Tensor)
+            and second_per_grid_ts.dtype in NARROW_SECONDS
+            and not COMPAT_RULES[settings.compat].seconds_first
+        ):
             narrow = second_per_grid_ts.dtype
         seconds = _seconds_per_grid(second_per_grid_ts, num_videos)
         if seconds is not None:
@@ -526,7 +531,7 @@ def mrope_positions_from_tokens(
             ``(1, h, w)``, each a separate run of video tokens between timestamp text.
         second_per_grid_ts: ``[N_vid]`` seconds per temporal patch (Qwen2.5-VL only; ignored by the other
             families; missing = 1.0 per video). Computed in the tensor's dtype as transformers does (float32 for
-            lists and integer tensors, like the processor's).
+            lists and integer tensors, like the processor's; always float32 under the vLLM / SGLang rule).
         attention_mask: ``[B, L]`` 1 real / 0 pad (any side); default all real.
         spatial_merge_size, tokens_per_second: override the family defaults.
         compat: where the block after a vision block starts (default ``transformers5``).

@@ -166,6 +166,25 @@ def test_narrow_float_seconds_match_transformers(dtype: torch.dtype, tokens_per_
     assert torch.equal(ours.mrope_position_deltas, deltas)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("compat", [MRopeCompat.VLLM, MRopeCompat.SGLANG])
+def test_narrow_float_seconds_are_float32_under_the_engine_rules(dtype: torch.dtype, compat: MRopeCompat) -> None:
+    """The engines' rules multiply in float32 whatever the tensor's dtype (vLLM reads Python floats): a float16 /
+    bfloat16 tensor gives what its values give as float32 (300 frames of 0.7 s: rounded per product in the narrow
+    dtype, many frames would differ)."""
+    kwargs: dict[str, Any] = {
+        "family": "qwen2_5_vl",
+        "mm_token_type_ids": [[0] + [2] * 300],
+        "video_grid_thw": [[300, 2, 2]],
+        "tokens_per_second": 25,
+        "compat": compat,
+    }
+    seconds = torch.tensor([0.7], dtype=dtype)
+    narrow = mrope_positions_from_tokens(**kwargs, second_per_grid_ts=seconds)
+    widened = mrope_positions_from_tokens(**kwargs, second_per_grid_ts=seconds.float())
+    assert torch.equal(narrow.position_ids, widened.position_ids)
+
+
 def test_seconds_tensor_that_requires_grad_is_read() -> None:
     """The seconds are read into numpy: a tensor that requires grad must still be accepted."""
     kwargs: dict[str, Any] = {
