@@ -44,12 +44,12 @@ ROTARY_FRACTION_ALIASES = ("rotary_pct", "rope_pct")
 """Top-level spellings of ``partial_rotary_factor``: GPT-NeoX's ``rotary_pct``; ``rope_pct`` of the remote
 StableLMEpochConfig (stablelm-3b-4e1t, stablelm-2 first releases), which vLLM's stablelm model reads first."""
 EXPLICIT_ONLY_KEYS = frozenset({"rotary_dim", *EXPLICIT_TOP_LEVEL_KEYS})
+"""Keys an explicit ``rope`` object may hold besides its rope type's own (``schema.allowed_keys``)."""
 OWN_KEYS = {
     name: tuple(sorted(rope_type.keys - set(FIELD_NAMES) - COMMON_KEYS - MROPE_KEYS))
     for name, rope_type in ROPE_TYPES.items()
 }
 """Rope type -> its numeric keys that no ``RopeParams`` field holds (kept in ``RopeParams.extras``), sorted."""
-"""Keys an explicit ``rope`` object may hold besides its rope type's own (``schema.allowed_keys``)."""
 
 
 @dataclass(frozen=True)
