@@ -314,7 +314,7 @@ def _seconds_per_grid(second_per_grid_ts: FloatsLike | None, num_videos: int) ->
     else:
         try:
             seconds = torch.as_tensor(second_per_grid_ts, dtype=torch.float32).reshape(-1).numpy()
-        except (TypeError, ValueError, RuntimeError) as exc:
+        except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
             raise InvalidInput(
                 f"second_per_grid_ts must be a list of numbers: {exc}", field="second_per_grid_ts"
             ) from exc

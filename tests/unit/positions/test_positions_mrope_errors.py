@@ -124,7 +124,12 @@ def test_malformed_arguments(kwargs: dict[str, Any], field: str) -> None:
 
 @pytest.mark.parametrize(
     ("seconds", "field"),
-    [([1.0, 2.0], "second_per_grid_ts"), ([-0.5], "second_per_grid_ts[0]"), ([float("nan")], "second_per_grid_ts[0]")],
+    [
+        ([1.0, 2.0], "second_per_grid_ts"),
+        ([-0.5], "second_per_grid_ts[0]"),
+        ([float("nan")], "second_per_grid_ts[0]"),
+        ([10**400], "second_per_grid_ts"),  # was an OverflowError from torch.as_tensor
+    ],
 )
 def test_bad_second_per_grid_ts(seconds: list[float], field: str) -> None:
     error = _token_error(
