@@ -87,13 +87,7 @@ def omni_token_form() -> dict[str, Any]:
     rows = [[{"text": 3}, {"video": [2, 4, 4], "second_per_grid_t": 1.0, "audio_seqlen": 100}, {"text": 2}]]
     batch = render_omni(rows, 2, use_audio_in_video=True, pads=[0], left=True)
     return {
-        "family": "qwen2_5_omni",
-        "input_ids": batch.input_ids.tolist(),
-        "attention_mask": batch.attention_mask.tolist(),
-        "video_grid_thw": batch.video_grid_thw.tolist(),
-        "second_per_grid_ts": batch.second_per_grid_ts.tolist(),
-        "audio_seqlens": batch.audio_seqlens.tolist(),
-        "use_audio_in_video": True,
+        **batch.token_form("qwen2_5_omni"),
         "position_id_per_seconds": 25.0,
         "seconds_per_chunk": 2.0,
     }

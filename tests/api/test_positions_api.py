@@ -211,16 +211,7 @@ def test_qwen2_5_omni_over_http_equals_its_get_rope_index(client: TestClient) ->
     ]
     batch = render_omni(rows, 2, use_audio_in_video=True, pads=[0, 0], left=True)
     expected_ids, expected_deltas = hf_omni_get_rope_index(batch, merge=2, pps=25, seconds_per_chunk=2)
-    token_form = {
-        "family": "qwen2_5_omni",
-        "input_ids": batch.input_ids.tolist(),
-        "attention_mask": batch.attention_mask.tolist(),
-        "image_grid_thw": batch.image_grid_thw.tolist(),
-        "video_grid_thw": batch.video_grid_thw.tolist(),
-        "second_per_grid_ts": batch.second_per_grid_ts.tolist(),
-        "audio_seqlens": batch.audio_seqlens.tolist(),
-        "use_audio_in_video": True,
-    }
+    token_form = batch.token_form("qwen2_5_omni")
     body = post(client, "/v1/mrope/positions", token_form)
     assert torch.equal(torch.tensor(body["position_ids"]), expected_ids)
     assert torch.equal(torch.tensor(body["mrope_position_deltas"]), expected_deltas)
@@ -309,19 +300,7 @@ def test_qwen3_omni_over_http_gives_float_positions(client: TestClient) -> None:
     rows = [[{"text": 2}, {"video": [3, 4, 4], "second_per_grid_t": 0.7, "audio_seqlen": 130}, {"text": 3}]]
     batch = render_omni(rows, 2, use_audio_in_video=True, pads=[0], left=True, tokens_of=audio_tokens_qwen3)
     expected_ids, expected_deltas = hf_qwen3_omni_get_rope_index(batch, merge=2, pps=25)
-    body = post(
-        client,
-        "/v1/mrope/positions",
-        {
-            "family": "qwen3_omni_moe",
-            "input_ids": batch.input_ids.tolist(),
-            "attention_mask": batch.attention_mask.tolist(),
-            "video_grid_thw": batch.video_grid_thw.tolist(),
-            "second_per_grid_ts": batch.second_per_grid_ts.tolist(),
-            "audio_seqlens": batch.audio_seqlens.tolist(),
-            "use_audio_in_video": True,
-        },
-    )
+    body = post(client, "/v1/mrope/positions", batch.token_form("qwen3_omni_moe"))
     assert torch.equal(torch.tensor(body["position_ids"], dtype=torch.float32), expected_ids)
     assert torch.equal(torch.tensor(body["mrope_position_deltas"], dtype=torch.float32), expected_deltas)
     assert any(value % 1 for value in body["position_ids"][0][0])  # fractional times survive

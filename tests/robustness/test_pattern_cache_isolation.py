@@ -147,18 +147,7 @@ def omni_case(rng: random.Random, shapes: list[tuple[int, int]]) -> Case:
         expected, deltas = hf_qwen3_omni_get_rope_index(batch, merge=2, pps=25)
     else:
         expected, deltas = hf_omni_get_rope_index(batch, merge=2, pps=25, seconds_per_chunk=2)
-    assert batch.image_grid_thw is not None and batch.video_grid_thw is not None
-    assert batch.second_per_grid_ts is not None and batch.audio_seqlens is not None
-    body = {
-        "family": "qwen3_omni_moe" if qwen3 else "qwen2_5_omni",
-        "input_ids": batch.input_ids.tolist(),
-        "attention_mask": batch.attention_mask.tolist(),
-        "image_grid_thw": batch.image_grid_thw.tolist(),
-        "video_grid_thw": batch.video_grid_thw.tolist(),
-        "second_per_grid_ts": batch.second_per_grid_ts.tolist(),
-        "audio_seqlens": batch.audio_seqlens.tolist(),
-        "use_audio_in_video": True,
-    }
+    body = batch.token_form("qwen3_omni_moe" if qwen3 else "qwen2_5_omni")
     return body, {"position_ids": expected, "mrope_position_deltas": deltas}
 
 

@@ -74,6 +74,19 @@ class OmniBatch:
     audio_seqlens: torch.Tensor | None
     use_audio_in_video: bool
 
+    def token_form(self, family: str) -> dict[str, Any]:
+        """The ``/v1/mrope/positions`` body of this batch in the token form (the grids the batch has)."""
+        tensors = {
+            "input_ids": self.input_ids,
+            "attention_mask": self.attention_mask,
+            "image_grid_thw": self.image_grid_thw,
+            "video_grid_thw": self.video_grid_thw,
+            "second_per_grid_ts": self.second_per_grid_ts,
+            "audio_seqlens": self.audio_seqlens,
+        }
+        given = {name: tensor.tolist() for name, tensor in tensors.items() if tensor is not None}
+        return {"family": family, **given, "use_audio_in_video": self.use_audio_in_video}
+
 
 def _row_ids(row: list[dict[str, Any]], merge: int, tokens_of: Any = audio_tokens) -> list[int]:
     """Token ids of one row; a vision or audio segment's start/end markers are the last/first token of the text
