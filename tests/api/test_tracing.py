@@ -25,6 +25,14 @@ PARENT_SPAN_ID = "00f067aa0ba902b7"
 ROTATION_PHASES = ["read", "decode", "prepare", "queue", "compute", "encode"]
 
 
+def fresh_process_output(code: str) -> str:
+    """What ``code`` prints in a fresh interpreter without ``ROPESERVE_*`` settings (it must exit 0)."""
+    env_free = {key: value for key, value in os.environ.items() if not key.startswith("ROPESERVE_")}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env_free)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
 def test_tracing_is_off_by_default_and_nothing_is_imported() -> None:
     code = (
         "import sys\n"
@@ -37,10 +45,7 @@ def test_tracing_is_off_by_default_and_nothing_is_imported() -> None:
         "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', 'opentelemetry.exporter'))))\n"
         "print([m.cls.__name__ for m in app.user_middleware])\n"
     )
-    env_free = {key: value for key, value in os.environ.items() if not key.startswith("ROPESERVE_")}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env_free)
-    assert result.returncode == 0, result.stderr
-    imported, middleware = result.stdout.strip().splitlines()
+    imported, middleware = fresh_process_output(code).splitlines()
     assert imported == "[]" and "TracingMiddleware" not in middleware
 
 
@@ -63,10 +68,7 @@ def test_fastapi_native_telemetry_stays_off_under_a_global_tracer_provider() -> 
         "    assert client.post('/v1/positions', json={'cu_seqlens': [0, 3]}).status_code == 200\n"
         "print(len(exporter.get_finished_spans()))\n"
     )
-    env_free = {key: value for key, value in os.environ.items() if not key.startswith("ROPESERVE_")}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env_free)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "0"
+    assert fresh_process_output(code) == "0"
 
 
 class Collector(BaseHTTPRequestHandler):
