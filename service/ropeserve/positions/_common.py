@@ -70,8 +70,9 @@ def _kind_name(array: np.ndarray) -> str:
 
 
 def tensor_on(array: np.ndarray, device: torch.device | str | None) -> torch.Tensor:
-    """``array`` as a tensor on ``device``; None: the CPU tensor sharing the array's memory."""
-    tensor = torch.from_numpy(array)
+    """``array`` as a tensor on ``device``; None: the CPU tensor sharing the array's memory. A read-only array (a
+    cached pattern, a broadcast view) is copied first: an answer never shares memory a caller may not write."""
+    tensor = torch.from_numpy(array if array.flags.writeable else array.copy())
     return tensor if device is None else tensor.to(device)
 
 

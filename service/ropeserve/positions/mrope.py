@@ -601,7 +601,7 @@ def mrope_decode_positions(
         )
     positions = first[:, None] + np.arange(count)
     device = mrope_position_deltas.device if isinstance(mrope_position_deltas, torch.Tensor) else None
-    return tensor_on(np.ascontiguousarray(np.broadcast_to(positions, (3, *positions.shape))), device)
+    return tensor_on(np.repeat(positions[None], 3, axis=0), device)  # a new array, also for an empty batch
 
 
 def slice_prefill_positions(position_ids: torch.Tensor, context_len: int, seq_len: int) -> torch.Tensor:

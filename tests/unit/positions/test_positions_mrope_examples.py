@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
+
+import numpy as np
 import pytest
 import torch
 from positions_oracle import FAMILIES, SPLIT_FAMILIES, hf_get_rope_index, render_tokens
@@ -16,6 +19,7 @@ from ropeserve.positions import (
     mrope_positions_from_tokens,
     slice_prefill_positions,
 )
+from ropeserve.positions._common import tensor_on
 
 COMPATS = ["transformers5", "transformers4"]
 
@@ -300,3 +304,21 @@ def test_results_are_ordinary_tensors() -> None:
             assert not tensor.is_inference()
         result.position_ids.add_(1)
         result.mrope_position_deltas.sub_(1)
+
+
+def test_decode_positions_of_no_rows_are_a_writable_tensor() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns when it wraps a read-only array
+        positions = mrope_decode_positions([], [], 3)
+    assert positions.shape == (3, 0, 3)
+    positions.add_(1)
+
+
+def test_read_only_arrays_become_tensors_of_their_own() -> None:
+    source = np.arange(6)
+    source.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tensor = tensor_on(source, None)
+    tensor += 1
+    assert source.tolist() == list(range(6)) and tensor.tolist() == list(range(1, 7))
