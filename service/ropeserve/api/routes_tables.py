@@ -18,10 +18,10 @@ from ropeserve.api.negotiation import SafetensorsResponse, read_safetensors_requ
 from ropeserve.api.problems import problem_responses
 from ropeserve.api.routes_positions import VisionRopeRequest
 from ropeserve.api.runtime import Runtime, RuntimeDep
-from ropeserve.api.schemas import DTYPES
-from ropeserve.errors import InvalidInput, check_limit
+from ropeserve.errors import check_limit
 from ropeserve.positions import vision_position_ids
 from ropeserve.rope import vision_cos_sin
+from ropeserve.rope.apply import check_float
 from ropeserve.rope.caller_tables import vision_rotate
 from ropeserve.serving import METADATA_KEY
 from ropeserve.serving.codec import SafetensorsPayload, encode_safetensors
@@ -38,8 +38,8 @@ RESPONSES: dict[int | str, dict[str, object]] = {
 
 def _float_tensors(tensors: dict[str, torch.Tensor], names: tuple[str, ...]) -> None:
     for name in names:
-        if name in tensors and tensors[name].dtype not in DTYPES.values():
-            raise InvalidInput(f"{name} must be float32, bfloat16 or float16, got {tensors[name].dtype}", field=name)
+        if name in tensors:
+            check_float(tensors[name], name)
 
 
 @router.post(

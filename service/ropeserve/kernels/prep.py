@@ -9,10 +9,9 @@ import torch
 
 from ropeserve.errors import InvalidInput
 from ropeserve.kernels.spec import MropeSpec, RotationSpec
-from ropeserve.rope.apply import from_token_major, token_major
+from ropeserve.rope.apply import check_float, from_token_major, token_major
 from ropeserve.rope.tables import RopeTable
 
-FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 __all__ = [
     "RotationInputs",
     "from_token_major",
@@ -57,7 +56,7 @@ def prepare(
     """Check shapes, dtypes and widths; InvalidInput names the tensor at fault. The position grid is moved
     to q's device (``upload``) unless ``positions_to_device`` is False."""
     q4 = token_major(q, spec.layout, spec.head_dim, "q")
-    _check_float(q, "q")
+    check_float(q, "q")
     k4 = None
     if k is not None:
         k4 = token_major(k, spec.layout, spec.head_dim, "k")
@@ -83,11 +82,6 @@ def upload(x: torch.Tensor, device: torch.device) -> torch.Tensor:
     if x.device.type == "cpu" and device.type == "cuda":
         return x.pin_memory().to(device, non_blocking=True)
     return x.to(device)
-
-
-def _check_float(x: torch.Tensor, name: str) -> None:
-    if x.dtype not in FLOAT_DTYPES:
-        raise InvalidInput(f"{name} must be float32, bfloat16 or float16, got {x.dtype}", field=name)
 
 
 def position_grid(positions: torch.Tensor, batch: int, tokens: int, mrope: bool) -> torch.Tensor:

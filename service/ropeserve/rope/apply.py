@@ -24,6 +24,14 @@ LAYOUTS: dict[str, str] = {
 }
 FLAT_DIMS: dict[str, int] = {"flat": 2, "batched_flat": 3}
 """Dimensions of the layouts that merge heads and head_dim into one last axis."""
+FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+"""The dtypes rotated tensors (q, k) and a caller's cos/sin table may have."""
+
+
+def check_float(x: torch.Tensor, name: str) -> None:
+    """InvalidInput naming ``name`` unless ``x`` has one of ``FLOAT_DTYPES``."""
+    if x.dtype not in FLOAT_DTYPES:
+        raise InvalidInput(f"{name} must be float32, bfloat16 or float16, got {x.dtype}", field=name)
 
 
 def rotate_neox(x: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ import torch
 
 from ropeserve.config import RopeParams
 from ropeserve.errors import InvalidInput
-from ropeserve.rope.apply import rotate_neox
+from ropeserve.rope.apply import check_float, rotate_neox
 from ropeserve.rope.tables import Pairing, RopeTable, TableCache, effective_length
 
 __all__ = [
@@ -34,7 +34,6 @@ __all__ = [
 
 TABLE_TENSORS = ("cos_sin_cache", "cos", "sin")
 """Names of the caller's table tensors in a rotation body: ``cos_sin_cache``, or ``cos`` and ``sin``."""
-TABLE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def has_caller_table(tensors: Mapping[str, torch.Tensor]) -> bool:
@@ -61,8 +60,8 @@ def caller_table(
     """``(cos, sin)`` each ``[N, rotary_dim/2]`` (the caller's dtype) from ``cos_sin_cache`` or ``cos`` + ``sin``;
     views, no copy. InvalidInput names the tensor of a wrong dtype, shape or combination."""
     for name in TABLE_TENSORS:
-        if name in tensors and tensors[name].dtype not in TABLE_DTYPES:
-            raise InvalidInput(f"{name} must be float32, bfloat16 or float16, got {tensors[name].dtype}", field=name)
+        if name in tensors:
+            check_float(tensors[name], name)
     if "cos_sin_cache" in tensors:
         if "cos" in tensors or "sin" in tensors:
             raise InvalidInput("send cos_sin_cache or cos and sin, not both", field="cos_sin_cache")
