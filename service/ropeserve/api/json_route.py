@@ -37,6 +37,7 @@ from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 from starlette.routing import request_response
 
+from ropeserve.api.negotiation import media_type_of
 from ropeserve.errors import UnsupportedMediaType
 
 JSON_THREAD_MIN_BYTES = 1 << 16
@@ -67,8 +68,7 @@ class ThreadedJSONRequest(Request):
 def names_json(content_type: str | None) -> bool:
     """FastAPI's strict rule: the media type is ``application/json`` or ``application/*+json`` (``email.message``
     reads a type with other than one ``/`` as ``text/plain``)."""
-    media_type = (content_type or "").split(";")[0].strip().lower()
-    main, _, subtype = media_type.partition("/")
+    main, _, subtype = media_type_of(content_type).partition("/")
     return main == "application" and "/" not in subtype and (subtype == "json" or subtype.endswith("+json"))
 
 
