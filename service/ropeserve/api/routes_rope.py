@@ -92,10 +92,8 @@ class CosSinInputs:
     positions: torch.Tensor
     pairing: Pairing
     width: int
-
-    @property
-    def max_position(self) -> int:
-        return int(self.positions.max()) if self.positions.numel() else 0
+    max_position: int
+    """The largest of ``positions`` (0 for none)."""
 
     @property
     def seq_len(self) -> int | None:
@@ -113,7 +111,7 @@ def _inputs(body: CosSinRequest, settings: Settings) -> CosSinInputs:
     check_limit(2 * positions.numel() * width, settings.max_table_elements, "table elements (cos+sin)", "positions")
     if params.rope_type == "dynamic" and body.seq_len_cached is None and positions.numel() == 0:
         raise InvalidInput("dynamic NTK needs at least one position", field="positions")
-    return CosSinInputs(body, model_params, params, positions, body.pairing or default_pairing, width)
+    return CosSinInputs(body, model_params, params, positions, body.pairing or default_pairing, width, max_position)
 
 
 def _cos_sin(inputs: CosSinInputs, request: Request, runtime: Runtime) -> Response:
