@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import replace
 
-from ropeserve.config.normalize import RopeEntry
+from ropeserve.config.normalize import ROTARY_FRACTION_ALIASES, THETA_ALIASES, RopeEntry
 from ropeserve.config.schema import allowed_keys
 from ropeserve.lint import pointers
 from ropeserve.lint.context import LintContext
@@ -32,10 +32,8 @@ MODEL_READ_KEYS = {
 }
 """Keys outside the rope-type schema that model code reads from the rope dict: not unknown (RS107 stays silent)."""
 ALIAS_KEYS = {
-    "rotary_emb_base": "rope_theta",
-    "rope_embedding_base": "rope_theta",
-    "rotary_pct": "partial_rotary_factor",
-    "rope_pct": "partial_rotary_factor",
+    **dict.fromkeys(THETA_ALIASES, "rope_theta"),
+    **dict.fromkeys(ROTARY_FRACTION_ALIASES, "partial_rotary_factor"),
     "rotary_emb_fraction": "partial_rotary_factor",
     "rotary_dim": "partial_rotary_factor (= rotary_dim / head_dim)",
 }
