@@ -79,15 +79,14 @@ def serial_torch() -> Iterator[None]:
     alone (other threads keep their count); the count is restored after. For short synchronous work only: a
     block must not await (another task would run with the serial count). A no-op without OpenMP."""
     threads = torch.get_num_threads()  # torch sets a thread's count on its first use: do it first
-    runtime = _OPENMP[0] if _OPENMP else None
-    if runtime is None or threads == 1:
+    if _OPENMP is None or threads == 1:
         yield
         return
-    runtime.omp_set_num_threads(1)
+    _OPENMP.omp_set_num_threads(1)
     try:
         yield
     finally:
-        runtime.omp_set_num_threads(threads)
+        _OPENMP.omp_set_num_threads(threads)
 
 
-_OPENMP: list[ctypes.CDLL] = [lib] if (lib := _openmp_runtime()) is not None else []
+_OPENMP = _openmp_runtime()
