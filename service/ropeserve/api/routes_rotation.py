@@ -87,14 +87,16 @@ POSITIONS_DOC = {
 
 SHM_REQUEST_SCHEMA = "ShmRotationRequest"
 """The component (``routes_shm.ShmRotationRequest``, added by ``routes_shm.install``) of the JSON request form."""
+TABLE_FORMS = (
+    "`cos_sin_cache` [N, rotary_dim] (cos half, then sin half, as vLLM/SGLang keep it) or `cos` and `sin` "
+    "([N, rotary_dim/2], or [N, rotary_dim] in the pairing's layout), float32/bfloat16/float16, `positions` "
+    "indexing its rows"
+)
+"""The forms of a caller's own table in a rotation body (``TABLE_DOC``)."""
 TABLE_DOC = {
-    False: " The body may add the caller's own table to rotate with instead of ropeserve's: `cos_sin_cache` "
-    "[N, rotary_dim] (cos half, then sin half, as vLLM/SGLang keep it) or `cos` and `sin` ([N, rotary_dim/2], or "
-    "[N, rotary_dim] in the pairing's layout), float32/bfloat16/float16, `positions` indexing its rows; the "
+    False: f" The body may add the caller's own table to rotate with instead of ropeserve's: {TABLE_FORMS}; the "
     "answer's metadata `table` then compares it with ropeserve's (see /v1/rope/apply-table).",
-    True: " The body must carry the caller's own table to rotate with: `cos_sin_cache` [N, rotary_dim] (cos half, "
-    "then sin half, as vLLM/SGLang keep it) or `cos` and `sin` ([N, rotary_dim/2], or [N, rotary_dim] in the "
-    "pairing's layout), float32/bfloat16/float16, `positions` indexing its rows.",
+    True: f" The body must carry the caller's own table to rotate with: {TABLE_FORMS}.",
 }
 SAFETENSORS_BODY = {"application/x-safetensors": {"schema": {"type": "string", "format": "binary"}}}
 SHM_ANSWER_SCHEMA = {
