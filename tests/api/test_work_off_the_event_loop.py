@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 from safetensors.torch import load, save
 
 from ropeserve.api import create_app, negotiation
+from ropeserve.api.inline import INLINE_BUILD_ELEMENTS
 from ropeserve.rope.tables import RopeTable
-from ropeserve.serving import INLINE_BUILD_ELEMENTS
 from ropeserve.settings import Settings
 
 

@@ -21,6 +21,9 @@ INLINE_MAX_POSITIONS = 4096
 """Largest work bound run on the event loop (cos/sin of 16 positions x 128: 0.014 ms of CPU; 4,096: 0.7 ms)."""
 INLINE_MAX_BODY_BYTES = 64 * 1024
 """Bodies the linter checks on the event loop (one config.json is a few kB)."""
+INLINE_BUILD_ELEMENTS = 1 << 16
+"""Most cos/sin table elements a request may compute on the event loop (a cache miss, or a far position growing a
+cached table); a larger build runs in the threadpool. (A rotation grows its table in the kernel thread anyway.)"""
 
 
 async def run_sized(size: int, work: Callable[[], T], limit: int = INLINE_MAX_POSITIONS) -> T:

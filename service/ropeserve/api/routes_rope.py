@@ -12,7 +12,7 @@ from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
 from ropeserve.api.docs import operation_id
-from ropeserve.api.inline import INLINE_MAX_POSITIONS, run_inline
+from ropeserve.api.inline import INLINE_BUILD_ELEMENTS, INLINE_MAX_POSITIONS, run_inline
 from ropeserve.api.json_route import JSONRoute
 from ropeserve.api.negotiation import TENSOR_RESPONSES, tensor_response
 from ropeserve.api.problems import problem_responses
@@ -32,7 +32,6 @@ from ropeserve.errors import InvalidInput, check_limit
 from ropeserve.rope import rope_cos_sin, rotated_width
 from ropeserve.rope.dynamic_ntk import resolve_dynamic_ntk
 from ropeserve.rope.tables import Pairing, effective_length
-from ropeserve.serving import INLINE_BUILD_ELEMENTS
 from ropeserve.settings import Settings
 
 router = APIRouter(tags=["rope"], route_class=JSONRoute, generate_unique_id_function=operation_id)

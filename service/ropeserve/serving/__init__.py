@@ -10,16 +10,9 @@ from ropeserve.serving.codec import (
     encode_safetensors,
     read_body,
 )
-from ropeserve.serving.rotation import (
-    INLINE_BUILD_ELEMENTS,
-    OPTIONAL_TENSORS,
-    REQUIRED_TENSORS,
-    RotationOptions,
-    RotationService,
-)
+from ropeserve.serving.rotation import OPTIONAL_TENSORS, REQUIRED_TENSORS, RotationOptions, RotationService
 
 __all__ = [
-    "INLINE_BUILD_ELEMENTS",
     "METADATA_KEY",
     "OPTIONAL_TENSORS",
     "REQUIRED_TENSORS",

@@ -62,9 +62,6 @@ if TYPE_CHECKING:  # injected by the api layer; serving does not import the sett
 INLINE_PREPARE_ELEMENTS = 1 << 16
 """Most elements (q, k and positions together) a CPU request is prepared with on the event loop (checks, a dtype
 cast); a larger one is prepared in a thread, as every request is on CUDA."""
-INLINE_BUILD_ELEMENTS = 1 << 16
-"""Most cos/sin table elements a request may compute on the event loop (a cache miss, or a far position growing a
-cached table); a larger build runs in the threadpool. (A rotation grows its table in the kernel thread anyway.)"""
 REQUIRED_TENSORS = ("q", "positions")
 OPTIONAL_TENSORS = ("k", *TABLE_TENSORS)
 """``k``, and the caller's own cos/sin table (``cos_sin_cache``, or ``cos`` and ``sin``) to rotate with."""
