@@ -69,6 +69,22 @@ def _kind_name(array: np.ndarray) -> str:
     )
 
 
+def padded_mask(lengths: np.ndarray, width: int, padding_side: str) -> np.ndarray:
+    """``[B, width]`` bool mask of rows holding ``lengths`` ``[B]`` real tokens each, padded on ``padding_side``
+    (``"left"``: real tokens on the right; else on the left)."""
+    columns = np.arange(width)
+    return columns >= width - lengths[:, None] if padding_side == "left" else columns < lengths[:, None]
+
+
+def device_of(*inputs: object) -> torch.device | None:
+    """The device of the first tensor among ``inputs`` when it is not the CPU (results go back there); None for CPU
+    tensors, lists and arrays (:func:`tensor_on` then shares the array's memory)."""
+    for value in inputs:
+        if isinstance(value, torch.Tensor):
+            return None if value.device.type == "cpu" else value.device
+    return None
+
+
 def tensor_on(array: np.ndarray, device: torch.device | str | None) -> torch.Tensor:
     """``array`` as a tensor on ``device``; None: the CPU tensor sharing the array's memory. A read-only array (a
     cached pattern, a broadcast view) is copied first: an answer never shares memory a caller may not write."""

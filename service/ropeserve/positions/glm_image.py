@@ -22,7 +22,14 @@ import numpy as np
 import torch
 
 from ropeserve.errors import InvalidInput
-from ropeserve.positions._common import MAX_ELEMENTS, IntsLike, as_long_array, check_element_limit, require_int
+from ropeserve.positions._common import (
+    MAX_ELEMENTS,
+    IntsLike,
+    as_long_array,
+    check_element_limit,
+    padded_mask,
+    require_int,
+)
 from ropeserve.positions._patterns import copy_blocks, grid_pattern, pattern, real_runs
 from ropeserve.positions.mrope import real_mask
 
@@ -352,8 +359,7 @@ def glm_image_positions_from_segments(
     lengths = np.array([row.size for row in id_rows], dtype=np.int64)
     width = int(lengths.max(initial=0))
     check_element_limit(len(id_rows) * width, limit, "position slots", "rows")
-    columns = np.arange(width)[None, :]
-    mask = columns >= width - lengths[:, None] if padding_side == "left" else columns < lengths[:, None]
+    mask = padded_mask(lengths, width, padding_side)
     ids = np.full(mask.shape, _TEXT_ID, dtype=np.int64)
     ids[mask] = np.concatenate(id_rows) if id_rows else np.zeros(0, dtype=np.int64)
     return _positions(

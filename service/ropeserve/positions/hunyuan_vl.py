@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ropeserve.errors import InvalidInput, check_limit
-from ropeserve.positions._common import MAX_ELEMENTS, IntsLike, as_long_array, require_int
+from ropeserve.positions._common import MAX_ELEMENTS, IntsLike, as_long_array, padded_mask, require_int
 from ropeserve.positions._patterns import grid_pattern, pattern, place_blocks
 from ropeserve.positions.mrope import mask_and_lengths
 
@@ -206,8 +206,7 @@ def hunyuan_vl_positions_from_segments(
     width = int(lengths.max(initial=0))
     check_limit(len(row_types) * width, limit, "position slots", field="rows")
     types = np.zeros((len(row_types), width), dtype=np.int64)
-    columns = np.arange(width)[None, :]
-    mask = columns >= width - lengths[:, None] if padding_side == "left" else columns < lengths[:, None]
+    mask = padded_mask(lengths, width, padding_side)
     types[mask] = np.concatenate(row_types) if row_types else np.zeros(0, dtype=np.int64)
     return hunyuan_vl_positions(
         mm_token_type_ids=types,

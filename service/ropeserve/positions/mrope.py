@@ -36,6 +36,7 @@ from ropeserve.positions._common import (
     as_mask_array,
     as_mask_only,
     check_element_limit,
+    device_of,
     first_true,
     per_row_array,
     require_finite_float,
@@ -147,11 +148,6 @@ class _Runs:
     width: int  # L
 
 
-def _device_of(value: IntsLike) -> torch.device | None:
-    """The device of a tensor not on the CPU; None for CPU tensors and lists."""
-    return value.device if isinstance(value, torch.Tensor) and value.device.type != "cpu" else None
-
-
 def _token_types(
     mm_token_type_ids: IntsLike | None,
     input_ids: IntsLike | None,
@@ -170,14 +166,14 @@ def _token_types(
                 "0 (text), 1 (image) or 2 (video)",
                 field=f"mm_token_type_ids[{row}][{col}]",
             )
-        return types, _device_of(mm_token_type_ids)
+        return types, device_of(mm_token_type_ids)
     if input_ids is None:
         raise InvalidInput("give mm_token_type_ids or input_ids", field="mm_token_type_ids")
     ids = as_long_array(input_ids, "input_ids", ndim=2)
     types = (ids == image_token_id).astype(np.int64) * IMAGE_TOKEN + (ids == video_token_id).astype(
         np.int64
     ) * VIDEO_TOKEN
-    return types, _device_of(input_ids)
+    return types, device_of(input_ids)
 
 
 def _find_runs(types: np.ndarray, mask: np.ndarray | None) -> _Runs:
@@ -600,8 +596,8 @@ def mrope_decode_positions(
             field=f"rows[{row}]",
         )
     positions = first[:, None] + np.arange(count)
-    device = mrope_position_deltas.device if isinstance(mrope_position_deltas, torch.Tensor) else None
-    return tensor_on(np.repeat(positions[None], 3, axis=0), device)  # a new array, also for an empty batch
+    repeated = np.repeat(positions[None], 3, axis=0)  # a new array, also for an empty batch
+    return tensor_on(repeated, device_of(mrope_position_deltas))
 
 
 def slice_prefill_positions(position_ids: torch.Tensor, context_len: int, seq_len: int) -> torch.Tensor:

@@ -39,6 +39,7 @@ from ropeserve.positions._common import (
     IntsLike,
     as_long_array,
     check_element_limit,
+    padded_mask,
     require_finite_float,
     require_int,
 )
@@ -531,8 +532,7 @@ def omni_positions_from_segments(
     lengths = np.array([row.tokens for row in laid_out], dtype=np.int64)
     width = int(lengths.max(initial=0))
     check_element_limit(len(laid_out) * width, max_tokens, "M-RoPE position slots", "rows")
-    columns = np.arange(width)[None, :]
-    mask = columns >= width - lengths[:, None] if padding_side == "left" else columns < lengths[:, None]
+    mask = padded_mask(lengths, width, padding_side)
     return assemble(laid_out, mask, spec.fill_value if fill_value is None else fill_value)
 
 

@@ -34,6 +34,7 @@ from ropeserve.positions._common import (
     PAD_POSITION,
     IntsLike,
     check_element_limit,
+    padded_mask,
     require_finite_float,
     require_int,
     tensor_on,
@@ -306,10 +307,8 @@ def _row_mask(
     if not has_padding:
         mask = np.empty((row_lengths.size, width), dtype=bool)
         mask.fill(True)  # np.ones costs twice as much
-    elif padding_side == "left":
-        mask = np.arange(width) >= width - row_lengths[:, None]
     else:
-        mask = np.arange(width) < row_lengths[:, None]
+        mask = padded_mask(row_lengths, width, padding_side)
     return tensor_on(mask, device)
 
 

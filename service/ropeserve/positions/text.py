@@ -18,6 +18,7 @@ from ropeserve.positions._common import (
     as_long_array,
     as_mask_and_lengths,
     check_element_limit,
+    device_of,
     first_true,
     per_row_array,
     per_row_values,
@@ -87,7 +88,7 @@ def packed_positions(
     starts = np.cumsum(lengths) - lengths
     positions = np.full(length, fill_value, dtype=np.int64)
     positions[:used] = np.arange(used) - starts[segment_of_token] + past[segment_of_token]
-    return tensor_on(positions, _device_of(segment_lengths, cu_seqlens))
+    return tensor_on(positions, device_of(segment_lengths, cu_seqlens))
 
 
 def decode_positions(cache_lengths: IntsLike | int, num_new: int = 1) -> torch.Tensor:
@@ -101,12 +102,7 @@ def decode_positions(cache_lengths: IntsLike | int, num_new: int = 1) -> torch.T
     require_at_least(cache, 0, "cache_lengths")
     check_element_limit(max(cache.size, 1) * count, None, "decode positions", field="num_new")  # arange(count)
     require_sum_fits(cache, 0, "cache_lengths", extra=count - 1)
-    return tensor_on(cache[:, None] + np.arange(count), _device_of(cache_lengths))
-
-
-def _device_of(*inputs: object) -> torch.device | None:
-    """The device of the first tensor among ``inputs`` (results go back there), None for lists and arrays."""
-    return next((value.device for value in inputs if isinstance(value, torch.Tensor)), None)
+    return tensor_on(cache[:, None] + np.arange(count), device_of(cache_lengths))
 
 
 def _segment_lengths(segment_lengths: IntsLike | None, cu_seqlens: IntsLike | None) -> tuple[np.ndarray, str]:
