@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -67,6 +68,30 @@ def _kind_name(array: np.ndarray) -> str:
     return {"f": "floats", "c": "complex numbers", "O": "values outside int64 or mixed types"}.get(
         array.dtype.kind, f"dtype {array.dtype}"
     )
+
+
+def require_padding_side(padding_side: object) -> None:
+    """InvalidInput naming ``padding_side`` unless it is ``"left"`` or ``"right"``."""
+    if padding_side not in ("left", "right"):
+        raise InvalidInput(f"padding_side must be 'left' or 'right', got {padding_side!r}", field="padding_side")
+
+
+def segment_rows(rows: object) -> Sequence[Any]:
+    """``rows`` when it is a list (any non-text sequence) of rows, else InvalidInput naming ``rows`` (a list is
+    answered first)."""
+    if type(rows) is not list and (isinstance(rows, str | bytes) or not isinstance(rows, Sequence)):
+        raise InvalidInput("rows must be a list of segment lists", field="rows")
+    return rows
+
+
+def segment_row(segments: object, row: int) -> Sequence[Any]:
+    """``segments`` when it is a list (any non-text, non-mapping sequence) of segments, else InvalidInput naming
+    ``rows[row]``."""
+    if type(segments) is not list and (
+        isinstance(segments, str | bytes | Mapping) or not isinstance(segments, Sequence)
+    ):
+        raise InvalidInput(f"rows[{row}] must be a list of segments", field=f"rows[{row}]")
+    return segments  # type: ignore[return-value]  # a list, or narrowed to a Sequence above
 
 
 def padded_mask(lengths: np.ndarray, width: int, padding_side: str) -> np.ndarray:

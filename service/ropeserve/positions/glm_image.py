@@ -29,6 +29,9 @@ from ropeserve.positions._common import (
     check_element_limit,
     padded_mask,
     require_int,
+    require_padding_side,
+    segment_row,
+    segment_rows,
 )
 from ropeserve.positions._patterns import copy_blocks, grid_pattern, pattern, real_runs
 from ropeserve.positions.mrope import real_mask
@@ -297,8 +300,7 @@ _TEXT_ID = -1
 
 def _render_row(segments: object, b: int, limit: int, spent: int) -> tuple[list[np.ndarray], list[list[int]], int]:
     """Token ids (as pieces) and grids (prompt images, then images to generate) of one segment row."""
-    if isinstance(segments, str | bytes | Mapping) or not isinstance(segments, Sequence):
-        raise InvalidInput(f"rows[{b}] must be a list of segments", field=f"rows[{b}]")
+    segments = segment_row(segments, b)
     pieces: list[np.ndarray] = []
     prompt: list[list[int]] = []
     generated: list[list[int]] = []
@@ -344,10 +346,8 @@ def glm_image_positions_from_segments(
     """Segment form: ``{"text": n}``, ``{"image": [t, h, w]}`` (a prompt image with its start and end markers:
     ``t*h*w + 2`` tokens) and ``{"generate": [t, h, w]}`` (an image the model will generate: no tokens, after the
     prompt images). Rows pad on ``padding_side``; the grids of each row are its ``images_per_sample``."""
-    if padding_side not in ("left", "right"):
-        raise InvalidInput(f"padding_side must be 'left' or 'right', got {padding_side!r}", field="padding_side")
-    if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
-        raise InvalidInput("rows must be a list of segment lists", field="rows")
+    require_padding_side(padding_side)
+    rows = segment_rows(rows)
     limit = MAX_ELEMENTS if max_tokens is None else min(max_tokens, MAX_ELEMENTS)
     spent = 0
     id_rows, grids, counts = [], [], []

@@ -17,7 +17,16 @@ import numpy as np
 import torch
 
 from ropeserve.errors import InvalidInput, check_limit
-from ropeserve.positions._common import MAX_ELEMENTS, IntsLike, as_long_array, padded_mask, require_int
+from ropeserve.positions._common import (
+    MAX_ELEMENTS,
+    IntsLike,
+    as_long_array,
+    padded_mask,
+    require_int,
+    require_padding_side,
+    segment_row,
+    segment_rows,
+)
 from ropeserve.positions._patterns import grid_pattern, pattern, place_blocks
 from ropeserve.positions.mrope import mask_and_lengths
 
@@ -181,17 +190,14 @@ def hunyuan_vl_positions_from_segments(
     and end tokens are image tokens too, as the processor emits them); rows pad on ``padding_side``. Images must be
     separated by text (adjacent image runs would be one run to transformers)."""
     merge = require_int(spatial_merge_size, "spatial_merge_size", minimum=1)
-    if padding_side not in ("left", "right"):
-        raise InvalidInput(f"padding_side must be 'left' or 'right', got {padding_side!r}", field="padding_side")
-    if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
-        raise InvalidInput("rows must be a list of segment lists", field="rows")
+    require_padding_side(padding_side)
+    rows = segment_rows(rows)
     limit = MAX_ELEMENTS if max_tokens is None else min(max_tokens, MAX_ELEMENTS)
     row_types: list[np.ndarray] = []
     grids: list[list[int]] = []
     total = 0
     for b, segments in enumerate(rows):
-        if isinstance(segments, str | bytes | Mapping) or not isinstance(segments, Sequence):
-            raise InvalidInput(f"rows[{b}] must be a list of segments", field=f"rows[{b}]")
+        segments = segment_row(segments, b)
         kinds, counts = [], []
         for i, segment in enumerate(segments):
             kind, count, grid = _segment_tokens(segment, f"rows[{b}].segments[{i}]", merge)

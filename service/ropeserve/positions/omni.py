@@ -42,6 +42,9 @@ from ropeserve.positions._common import (
     padded_mask,
     require_finite_float,
     require_int,
+    require_padding_side,
+    segment_row,
+    segment_rows,
 )
 from ropeserve.positions._patterns import grid_pattern, pattern, real_runs
 from ropeserve.positions.mrope import FloatsLike, MRopePositions, real_mask
@@ -326,12 +329,10 @@ def _reserve(row: _Row, tokens: int, limit: int, field: str) -> None:
 
 def _layout_rows(rows: object, settings: _Settings, limit: int) -> list[_Row]:
     """Each row laid out (validated, its pieces planned)."""
-    if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
-        raise InvalidInput("rows must be a list of segment lists", field="rows")
+    rows = segment_rows(rows)
     out = []
     for b, segments in enumerate(rows):
-        if isinstance(segments, str | bytes | Mapping) or not isinstance(segments, Sequence):
-            raise InvalidInput(f"rows[{b}] must be a list of segments", field=f"rows[{b}]")
+        segments = segment_row(segments, b)
         row = _Row([])
         for i, segment in enumerate(segments):
             _add_segment(row, segment, f"rows[{b}].segments[{i}]", settings, limit)
@@ -377,8 +378,7 @@ _Qwen3Item = tuple[Literal["text"], int] | _Qwen3Block
 def _qwen3_items(segments: object, b: int, settings: _Settings, limit: int) -> list[_Qwen3Item]:
     """Validated segments of one row as ``("text", n)``, ``("image", t, h, w)``, ``("video", t, h, w, times)``,
     ``("audio", n)`` or ``("av", t, h, w, times, n)`` (merged sizes); token count checked against ``limit``."""
-    if isinstance(segments, str | bytes | Mapping) or not isinstance(segments, Sequence):
-        raise InvalidInput(f"rows[{b}] must be a list of segments", field=f"rows[{b}]")
+    segments = segment_row(segments, b)
     items: list[_Qwen3Item] = []
     tokens = 0
     for i, segment in enumerate(segments):
@@ -505,8 +505,7 @@ def _qwen3_assemble(rows: list[_Row], mask: np.ndarray, fill_value: int) -> MRop
 
 
 def _layout_qwen3(rows: object, settings: _Settings, limit: int) -> list[_Row]:
-    if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
-        raise InvalidInput("rows must be a list of segment lists", field="rows")
+    rows = segment_rows(rows)
     return [_qwen3_row(_qwen3_items(segments, b, settings, limit), settings, b) for b, segments in enumerate(rows)]
 
 
@@ -523,8 +522,7 @@ def omni_positions_from_segments(
 ) -> MRopePositions:
     """Prefill positions of Omni rows given as segment lists (see the module docstring); rows pad to the longest on
     ``padding_side`` with ``fill_value`` (default: the family's, 1 for Qwen2.5-Omni, as transformers)."""
-    if padding_side not in ("left", "right"):
-        raise InvalidInput(f"padding_side must be 'left' or 'right', got {padding_side!r}", field="padding_side")
+    require_padding_side(padding_side)
     spec, settings = _settings(family, spatial_merge_size, position_id_per_seconds, seconds_per_chunk)
     limit = MAX_ELEMENTS if max_tokens is None else min(max_tokens, MAX_ELEMENTS)
     layout, assemble = LAYOUTS[spec.name]

@@ -37,6 +37,9 @@ from ropeserve.positions._common import (
     padded_mask,
     require_finite_float,
     require_int,
+    require_padding_side,
+    segment_row,
+    segment_rows,
     tensor_on,
 )
 from ropeserve.positions.families import DEFAULT_COMPAT, MRopeCompat, MRopeFamily
@@ -247,14 +250,10 @@ _SEGMENT_HANDLERS: dict[str, Callable[[_BlockList, Mapping[str, object], ModelSe
 
 
 def _collect_blocks(rows: SegmentRows, settings: ModelSettings, token_limit: int) -> _BlockList:
-    if type(rows) is not list and (isinstance(rows, str | bytes) or not isinstance(rows, Sequence)):
-        raise InvalidInput("rows must be a list of segment lists", field="rows")
+    rows = segment_rows(rows)
     blocks = _BlockList(token_limit, [[] for _ in rows], [[] for _ in rows], [0] * len(rows))
     for row, segments in enumerate(rows):
-        if type(segments) is not list and (
-            isinstance(segments, str | bytes | Mapping) or not isinstance(segments, Sequence)
-        ):
-            raise InvalidInput(f"rows[{row}] must be a list of segments", field=f"rows[{row}]")
+        segments = segment_row(segments, row)
         for position, segment in enumerate(segments):
             field_name = f"rows[{row}].segments[{position}]"
             kind = _segment_kind(segment, field_name)
@@ -341,8 +340,7 @@ def mrope_positions_from_segments(
         InvalidInput with ``field="rows[b].segments[i]"`` for a malformed segment, a negative text length, an empty
         grid, a grid not divisible by the merge size, or misplaced/missing ``frame_gaps``.
     """
-    if padding_side not in ("left", "right"):
-        raise InvalidInput(f"padding_side must be 'left' or 'right', got {padding_side!r}", field="padding_side")
+    require_padding_side(padding_side)
     settings = resolve_settings(family, spatial_merge_size, tokens_per_second, compat)
     collected = _collect_blocks(rows, settings, MAX_ELEMENTS if max_tokens is None else min(max_tokens, MAX_ELEMENTS))
     row_lengths = collected.row_lengths
