@@ -77,9 +77,10 @@ def require_padding_side(padding_side: object) -> None:
 
 
 def segment_rows(rows: object) -> Sequence[Any]:
-    """``rows`` when it is a list (any non-text sequence) of rows, else InvalidInput naming ``rows`` (a list is
-    answered first)."""
-    if type(rows) is not list and (isinstance(rows, str | bytes) or not isinstance(rows, Sequence)):
+    """``rows`` when it is a list (any non-text sequence) of rows, else InvalidInput naming ``rows``."""
+    if type(rows) is list:
+        return rows
+    if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
         raise InvalidInput("rows must be a list of segment lists", field="rows")
     return rows
 
@@ -87,11 +88,11 @@ def segment_rows(rows: object) -> Sequence[Any]:
 def segment_row(segments: object, row: int) -> Sequence[Any]:
     """``segments`` when it is a list (any non-text, non-mapping sequence) of segments, else InvalidInput naming
     ``rows[row]``."""
-    if type(segments) is not list and (
-        isinstance(segments, str | bytes | Mapping) or not isinstance(segments, Sequence)
-    ):
+    if type(segments) is list:
+        return segments
+    if isinstance(segments, str | bytes | Mapping) or not isinstance(segments, Sequence):
         raise InvalidInput(f"rows[{row}] must be a list of segments", field=f"rows[{row}]")
-    return segments  # type: ignore[return-value]  # a list, or narrowed to a Sequence above
+    return segments
 
 
 def padded_mask(lengths: np.ndarray, width: int, padding_side: str) -> np.ndarray:
