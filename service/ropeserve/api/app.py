@@ -34,7 +34,7 @@ from ropeserve.api import (
 from ropeserve.api.docs import install_docs, operation_id
 from ropeserve.api.middleware import ServiceMiddleware, configure_access_log
 from ropeserve.api.problems import declare_common_problems, install_problem_handlers
-from ropeserve.api.route_index import index_routes
+from ropeserve.api.route_index import direct_lanes, index_routes
 from ropeserve.api.runtime import Runtime
 from ropeserve.api.tracing import install_tracing
 from ropeserve.config import from_explicit
@@ -175,6 +175,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics=runtime.metrics,
         budget=runtime.body_budget,
         draining=lambda: runtime.draining,
+        lanes=lambda: direct_lanes(app),
     )
     install_tracing(app, settings)
     if settings.cors_origins:

@@ -212,7 +212,9 @@ class JSONRoute(APIRoute):
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:  # noqa: ANN401 - APIRoute's
         super().__init__(path, endpoint, **kwargs)
         direct = DirectCall.of(self)
-        if direct is not None and getattr(self, "max_body_size", None) is None:  # FastAPI 0.165's per-route limit
+        self.serves_directly = direct is not None and getattr(self, "max_body_size", None) is None
+        """``self.app`` is the direct handler: it needs nothing from the router (``route_index.direct_lanes``)."""
+        if direct is not None and self.serves_directly:  # FastAPI 0.165's per-route limit keeps FastAPI's wrapper
             self.app = request_response(direct.handle)
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:

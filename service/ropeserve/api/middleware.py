@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ropeserve.api.idle_watch import IdleWatch, IdleWatches
 from ropeserve.api.negotiation import SAFETENSORS_MEDIA_TYPES, media_type_of
 from ropeserve.api.problems import PROBE_PATHS, problem_response
+from ropeserve.api.route_index import Lanes
 from ropeserve.errors import Busy, PayloadTooLarge, RequestTimeout, ServiceError, Unauthorized, UnsupportedMediaType
 from ropeserve.logs import ACCESS_LOGGER, FIELDS_ATTRIBUTE, json_handler
 from ropeserve.metrics import Metrics
@@ -189,8 +190,11 @@ class ServiceMiddleware:
         metrics: Metrics,
         budget: BodyBudget,
         draining: Draining = lambda: False,
+        lanes: Callable[[], Lanes] = dict,
     ) -> None:
         self.app, self.settings, self.metrics = app, settings, metrics
+        self.lanes = lanes()
+        """Routes served without the app's inner layers (``route_index.direct_lanes``); any other goes to ``app``."""
         self.budget, self.draining = budget, draining
         self.tokens = credentials(settings)
         self.idle_watches = IdleWatches(settings.body_idle_timeout_s)
@@ -225,8 +229,9 @@ class ServiceMiddleware:
             self._record(scope, exchange.status, time.perf_counter() - exchange.started, request_id)
 
     async def _run_app(self, scope: Scope, receive: Receive, exchange: _Exchange) -> None:
+        app = self.app if scope.get("root_path") else self.lanes.get((scope["method"], scope["path"]), self.app)
         try:
-            await self.app(scope, exchange.guarded(receive), exchange.send_app)
+            await app(scope, exchange.guarded(receive), exchange.send_app)
         except ClientDisconnect:
             if exchange.overflow is None:  # the client left mid-upload: nobody to answer, not a server error
                 exchange.status = CLIENT_CLOSED_REQUEST
