@@ -77,6 +77,13 @@ def test_token_form_equals_segment_form_and_safetensors_equals_json(client: Test
     assert from_tokens["position_ids"] == from_segments["position_ids"]
     binary = load(client.post("/v1/mrope/positions", json=token_body, headers=SAFETENSORS).content)
     assert binary["position_ids"].tolist() == from_tokens["position_ids"]
+    segment_body = {"preset": "qwen2.5-vl-7b", "rows": ROWS, "padding_side": "left", "context_len": 3, "seq_len": 9}
+    sliced = post(client, "/v1/mrope/positions", segment_body)
+    assert sliced["position_ids"] == [[row[3:9] for row in axis] for axis in from_tokens["position_ids"]]
+    binary = load(client.post("/v1/mrope/positions", json=segment_body, headers=SAFETENSORS).content)
+    assert binary["position_ids"].dtype == binary["mrope_position_deltas"].dtype == torch.int64
+    assert binary["position_ids"].tolist() == sliced["position_ids"]
+    assert binary["mrope_position_deltas"].tolist() == from_tokens["mrope_position_deltas"]
 
 
 def test_compat_choices_differ_only_after_a_video(client: TestClient) -> None:

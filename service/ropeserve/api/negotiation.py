@@ -4,6 +4,7 @@ JSON (small) or safetensors (``Accept: application/x-safetensors``), written wit
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -141,11 +142,15 @@ def media_type_of(content_type: str | None) -> str:
     return (content_type or "").split(";")[0].strip().lower()
 
 
-def json_array(name: str, tensor: torch.Tensor) -> np.ndarray | int | float:
+AnswerArray = torch.Tensor | np.ndarray
+"""A tensor of an answer: a torch tensor, or a numpy array where the work was done in numpy."""
+
+
+def json_array(name: str, tensor: AnswerArray) -> np.ndarray | int | float:
     """``tensor`` for the JSON encoder: a C-contiguous float64 (floats) or int64 array, a number for a 0-d tensor;
     a non-finite float (JSON cannot carry it) is a 422 naming the tensor."""
     array = _wide_array(tensor)
-    if tensor.is_floating_point() and not bool(np.isfinite(array).all()):
+    if array.dtype == np.float64 and not bool(np.isfinite(array).all()):
         raise InvalidInput(
             f"'{name}' has non-finite values for these parameters (JSON cannot carry them); "
             "check the inputs, or ask for application/x-safetensors",
@@ -154,12 +159,19 @@ def json_array(name: str, tensor: torch.Tensor) -> np.ndarray | int | float:
     return array.item() if array.ndim == 0 else array
 
 
-def _wide_array(tensor: torch.Tensor) -> np.ndarray:
+def _wide_array(tensor: AnswerArray) -> np.ndarray:
     """``tensor`` as a C-contiguous float64 or int64 CPU array (shared with it when it already is one)."""
+    if isinstance(tensor, np.ndarray):
+        return np.ascontiguousarray(tensor, dtype=np.float64 if tensor.dtype.kind in "fc" else np.int64)
     wide = torch.float64 if tensor.is_floating_point() else torch.int64
     if tensor.dtype == wide and tensor.device.type == "cpu" and tensor.is_contiguous() and not tensor.requires_grad:
         return tensor.numpy()
     return tensor.detach().cpu().to(wide).contiguous().numpy()
+
+
+def as_tensor(tensor: AnswerArray) -> torch.Tensor:
+    """``tensor`` as a torch tensor (a numpy array copied: an answer never shares memory the caller may not write)."""
+    return torch.from_numpy(tensor.copy()) if isinstance(tensor, np.ndarray) else tensor
 
 
 def wants_safetensors(request: Request, binary_default: bool = False) -> bool:
@@ -172,7 +184,7 @@ def wants_safetensors(request: Request, binary_default: bool = False) -> bool:
 
 def tensor_response(
     request: Request,
-    tensors: dict[str, torch.Tensor],
+    tensors: Mapping[str, AnswerArray],
     meta: dict[str, Any],
     json_max_elements: int,
     *,
@@ -188,8 +200,9 @@ def tensor_response(
             f"the result's {non_finite.lstrip('/')!r} is not finite for these inputs", field=non_finite.lstrip("/")
         )
     if wants_safetensors(request, binary_default):
-        return SafetensorsResponse(encode_safetensors(tensors, {METADATA_KEY: json.dumps(meta)}))
-    elements = sum(t.numel() for t in tensors.values())
+        torch_tensors = {name: as_tensor(tensor) for name, tensor in tensors.items()}
+        return SafetensorsResponse(encode_safetensors(torch_tensors, {METADATA_KEY: json.dumps(meta)}))
+    elements = sum(math.prod(tensor.shape) for tensor in tensors.values())
     if elements > json_max_elements:
         raise NotAcceptable(
             f"the result has {elements} elements; JSON responses carry at most {json_max_elements}: "

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
+import numpy as np
 import torch
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -35,10 +36,10 @@ from ropeserve.positions import (
     MAX_TOKENS_PER_SECOND,
     decode_positions,
     mrope_decode_positions,
-    mrope_positions_from_segments,
     mrope_positions_from_tokens,
     packed_positions,
     positions_from_attention_mask,
+    segment_layout,
     slice_prefill_positions,
     vision_position_ids,
 )
@@ -371,12 +372,19 @@ SPECIAL_PREFILLS = {
 """Families with their own position function (beyond the shared block engine)."""
 
 
+class PrefillArrays(NamedTuple):
+    """The segment form's answer, as numpy arrays (the other forms give ``MRopePositions``' tensors)."""
+
+    position_ids: np.ndarray  # [3, B, T] int64
+    mrope_position_deltas: np.ndarray  # [B, 1] int64
+
+
 def _mrope_prefill(body: MRopePositionsRequest, limit: int) -> Any:
     family, merge, tokens_per_second = body.resolve()
     if family in SPECIAL_PREFILLS:
         return SPECIAL_PREFILLS[family](body, family, merge, limit)
     if body.rows is not None:
-        return mrope_positions_from_segments(
+        layout = segment_layout(
             body.rows,
             family=family,
             spatial_merge_size=merge,
@@ -386,6 +394,7 @@ def _mrope_prefill(body: MRopePositionsRequest, limit: int) -> Any:
             fill_value=body.fill_value,
             max_tokens=limit,
         )
+        return PrefillArrays(*layout.arrays())  # the answer needs no mask and no tensors
     check_limit(body.tokens(), limit, "tokens", "input_ids" if body.input_ids else "mm_token_type_ids")
     return mrope_positions_from_tokens(
         family=family,

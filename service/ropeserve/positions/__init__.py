@@ -51,6 +51,7 @@ from ropeserve.positions.segments import (
     VideoSegment,
     mrope_positions_from_segments,
     mrope_segments_from_tokens,
+    segment_layout,
 )
 from ropeserve.positions.text import decode_positions, packed_positions, positions_from_attention_mask
 from ropeserve.positions.vision import vision_position_ids
@@ -83,6 +84,7 @@ __all__ = [
     "get_mrope_family",
     "mrope_decode_positions",
     "mrope_positions_from_segments",
+    "segment_layout",
     "mrope_positions_from_tokens",
     "mrope_segments_from_tokens",
     "packed_positions",

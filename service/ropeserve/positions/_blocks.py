@@ -299,15 +299,18 @@ class PositionPlan(NamedTuple):
     line_steps: np.ndarray  # [3, Lc] int64
     line_lengths: np.ndarray  # [Lc] int64
 
-    def expand(self, device: torch.device | str | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``position_ids`` ``[3, B, width]`` int64 and ``mrope_position_deltas`` ``[B, 1]`` int64 on ``device``
-        (None: the CPU)."""
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``position_ids`` ``[3, B, width]`` int64 and ``mrope_position_deltas`` ``[B, 1]`` int64 arrays."""
         if self.num_rows * self.width == 0:
             positions = np.zeros((3, 0), dtype=np.int64)
         else:
             positions = _expand_lines(self.line_values, self.line_steps, self.line_lengths)
-        position_ids = tensor_on(positions.reshape(3, self.num_rows, self.width), device)
-        return position_ids, tensor_on(self.deltas, device)
+        return positions.reshape(3, self.num_rows, self.width), self.deltas
+
+    def expand(self, device: torch.device | str | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`arrays` as tensors on ``device`` (None: the CPU)."""
+        position_ids, deltas = self.arrays()
+        return tensor_on(position_ids, device), tensor_on(deltas, device)
 
 
 def plan_positions(

@@ -11,7 +11,7 @@ import bisect
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import torch
@@ -600,15 +600,19 @@ def mrope_decode_positions(
     return tensor_on(repeated, device_of(mrope_position_deltas))
 
 
-def slice_prefill_positions(position_ids: torch.Tensor, context_len: int, seq_len: int) -> torch.Tensor:
+PositionsT = TypeVar("PositionsT", torch.Tensor, np.ndarray)
+
+
+def slice_prefill_positions(position_ids: PositionsT, context_len: int, seq_len: int) -> PositionsT:
     """Chunked prefill: columns ``[context_len:seq_len]`` of a full prompt's positions.
 
-    ``position_ids`` is ``[3, T]`` (one unpadded sequence, as vLLM holds it) or ``[3, B, T]``; the result keeps
-    the leading dimensions. Positions must always come from the *full* prompt: a chunk's own positions (and its
-    delta) differ from the slice when an image straddles the chunk boundary.
+    ``position_ids`` (a tensor or an array) is ``[3, T]`` (one unpadded sequence, as vLLM holds it) or
+    ``[3, B, T]``; the result keeps the leading dimensions. Positions must always come from the *full* prompt: a
+    chunk's own positions (and its delta) differ from the slice when an image straddles the chunk boundary.
     """
-    if not isinstance(position_ids, torch.Tensor) or position_ids.dim() not in (2, 3) or position_ids.shape[0] != 3:
-        shape = tuple(position_ids.shape) if isinstance(position_ids, torch.Tensor) else type(position_ids).__name__
+    arrays = (torch.Tensor, np.ndarray)
+    if not isinstance(position_ids, arrays) or position_ids.ndim not in (2, 3) or position_ids.shape[0] != 3:
+        shape = tuple(position_ids.shape) if isinstance(position_ids, arrays) else type(position_ids).__name__
         raise InvalidInput(f"position_ids must be [3, T] or [3, B, T], got {shape}", field="position_ids")
     total = position_ids.shape[-1]
     start = require_int(context_len, "context_len", minimum=0)

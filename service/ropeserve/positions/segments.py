@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NotRequired, TypedDict
+from typing import Literal, NamedTuple, NotRequired, TypedDict
 
 import numpy as np
 import torch
@@ -24,6 +24,7 @@ from ropeserve.positions._blocks import (
     TEXT_TOKEN,
     VIDEO_TOKEN,
     Blocks,
+    PositionPlan,
     frame_strides,
     needs_frame_time,
     plan_positions,
@@ -57,8 +58,10 @@ __all__ = [
     "Segment",
     "TextSegment",
     "VideoSegment",
+    "SegmentLayout",
     "mrope_positions_from_segments",
     "mrope_segments_from_tokens",
+    "segment_layout",
 ]
 
 
@@ -300,15 +303,62 @@ def _time_steps(
 
 
 def _row_mask(
-    row_lengths: np.ndarray, width: int, has_padding: bool, padding_side: PaddingSide, device: torch.device | str | None
+    row_lengths: np.ndarray, width: int, padding_side: PaddingSide, device: torch.device | str | None
 ) -> torch.Tensor:
     """``[B, width]`` bool, real tokens (``row_lengths`` ``[B]`` of each row) on the right or left."""
-    if not has_padding:
+    if not (row_lengths < width).any():
         mask = np.empty((row_lengths.size, width), dtype=bool)
         mask.fill(True)  # np.ones costs twice as much
     else:
         mask = padded_mask(row_lengths, width, padding_side)
     return tensor_on(mask, device)
+
+
+class SegmentLayout(NamedTuple):
+    """Segment rows laid out (:func:`segment_layout`): the position plan and what the attention mask needs."""
+
+    plan: PositionPlan
+    row_lengths: np.ndarray  # [B] int64 real tokens per row
+    width: int
+    padding_side: PaddingSide
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``position_ids`` ``[3, B, T]`` and ``mrope_position_deltas`` ``[B, 1]``, int64 arrays (no mask: what a
+        JSON answer carries)."""
+        return self.plan.arrays()
+
+    def positions(self, device: torch.device | str | None = None) -> MRopePositions:
+        """The tensors on ``device`` (None: the CPU), the attention mask included."""
+        position_ids, deltas = self.plan.expand(device)
+        return MRopePositions(position_ids, deltas, _row_mask(self.row_lengths, self.width, self.padding_side, device))
+
+
+def segment_layout(
+    rows: SegmentRows,
+    *,
+    family: str | MRopeFamily,
+    spatial_merge_size: int | None = None,
+    tokens_per_second: float | None = None,
+    compat: str | MRopeCompat = DEFAULT_COMPAT,
+    padding_side: PaddingSide = "right",
+    fill_value: int = PAD_POSITION,
+    max_tokens: int | None = None,
+) -> SegmentLayout:
+    """Check and lay out segment rows: :func:`mrope_positions_from_segments` without building tensors.
+
+    Raises what :func:`mrope_positions_from_segments` raises.
+    """
+    require_padding_side(padding_side)
+    settings = resolve_settings(family, spatial_merge_size, tokens_per_second, compat)
+    collected = _collect_blocks(rows, settings, MAX_ELEMENTS if max_tokens is None else min(max_tokens, MAX_ELEMENTS))
+    row_lengths = collected.row_lengths
+    width = max(row_lengths) if row_lengths else 0
+    check_element_limit(len(rows) * width, max_tokens, "M-RoPE position slots", "rows")
+    has_padding = bool(row_lengths) and min(row_lengths) < width
+    blocks = _padded_blocks(collected, width, has_padding, padding_side, settings)
+    lengths = np.array(row_lengths, dtype=np.int64)
+    plan = plan_positions(blocks, lengths, width, settings.continue_after_max, fill_value)
+    return SegmentLayout(plan, lengths, width, padding_side)
 
 
 def mrope_positions_from_segments(
@@ -340,18 +390,17 @@ def mrope_positions_from_segments(
         InvalidInput with ``field="rows[b].segments[i]"`` for a malformed segment, a negative text length, an empty
         grid, a grid not divisible by the merge size, or misplaced/missing ``frame_gaps``.
     """
-    require_padding_side(padding_side)
-    settings = resolve_settings(family, spatial_merge_size, tokens_per_second, compat)
-    collected = _collect_blocks(rows, settings, MAX_ELEMENTS if max_tokens is None else min(max_tokens, MAX_ELEMENTS))
-    row_lengths = collected.row_lengths
-    width = max(row_lengths) if row_lengths else 0
-    check_element_limit(len(rows) * width, max_tokens, "M-RoPE position slots", "rows")
-    has_padding = bool(row_lengths) and min(row_lengths) < width
-    blocks = _padded_blocks(collected, width, has_padding, padding_side, settings)
-    lengths = np.array(row_lengths, dtype=np.int64)
-    plan = plan_positions(blocks, lengths, width, settings.continue_after_max, fill_value)
-    position_ids, deltas = plan.expand(device)
-    return MRopePositions(position_ids, deltas, _row_mask(lengths, width, has_padding, padding_side, device))
+    layout = segment_layout(
+        rows,
+        family=family,
+        spatial_merge_size=spatial_merge_size,
+        tokens_per_second=tokens_per_second,
+        compat=compat,
+        padding_side=padding_side,
+        fill_value=fill_value,
+        max_tokens=max_tokens,
+    )
+    return layout.positions(device)
 
 
 def mrope_segments_from_tokens(

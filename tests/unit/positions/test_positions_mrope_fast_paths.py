@@ -1,6 +1,6 @@
 """The M-RoPE engine's cheap paths for small input (issue 15) give exactly what the general paths and transformers
 give: the direct and running-sum expansions, the one-row layout, frame times computed in numpy instead of torch,
-and the blocks that skip frame times."""
+the blocks that skip frame times, and the layout's arrays (what the JSON route answers from)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from positions_oracle import FAMILIES, hf_get_rope_index, render_tokens, segment_rows
 
 from ropeserve.errors import InvalidInput
-from ropeserve.positions import _blocks, mrope_positions_from_segments, mrope_positions_from_tokens
+from ropeserve.positions import _blocks, mrope_positions_from_segments, mrope_positions_from_tokens, segment_layout
 from ropeserve.positions.families import MRopeCompat
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -197,3 +197,25 @@ def test_seconds_tensor_that_requires_grad_is_read() -> None:
     assert torch.equal(
         mrope_positions_from_tokens(**kwargs, second_per_grid_ts=seconds).position_ids, expected.position_ids
     )
+
+
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+@pytest.mark.parametrize("family", FAMILIES)
+@SETTINGS
+@given(data=st.data())
+def test_layout_arrays_are_the_tensors_and_the_mask_marks_real_tokens(
+    family: str, padding_side: str, data: st.DataObject
+) -> None:
+    rows = data.draw(segment_rows(family, 2))
+    options: dict[str, Any] = {"family": family, "padding_side": padding_side, "fill_value": -7}
+    position_ids, deltas = segment_layout(rows, **options).arrays()
+    tensors = mrope_positions_from_segments(rows, **options)
+    assert isinstance(position_ids, np.ndarray) and position_ids.dtype == deltas.dtype == np.int64
+    assert torch.equal(torch.from_numpy(position_ids), tensors.position_ids)
+    assert torch.equal(torch.from_numpy(deltas), tensors.mrope_position_deltas)
+    mask = tensors.attention_mask
+    assert mask.dtype == torch.bool and mask.shape == position_ids.shape[1:]
+    assert bool((tensors.position_ids[:, ~mask] == -7).all())
+    real = mask.sum(dim=1)
+    ends = mask.flip(1) if padding_side == "left" else mask
+    assert all(bool(ends[row, : int(count)].all()) for row, count in enumerate(real))
