@@ -12,6 +12,7 @@ from positions_oracle import hf_get_rope_index, render_tokens
 from safetensors.torch import load
 
 from ropeserve.api import create_app
+from ropeserve.api.routes_positions import preset_vision_config
 from ropeserve.config import normalize_config, preset_config
 from ropeserve.rope import mrope_cos_sin, vision_cos_sin
 from ropeserve.settings import Settings
@@ -344,3 +345,14 @@ def test_minicpmv_over_http_equals_its_get_rope_index(client: TestClient) -> Non
     hostile_markers = [{"marker_ids": {**markers, "newline": value}} for value in (2**63, 10**400, -1)]
     for bad in (too_big, {"marker_ids": {"newline": 905}}, {"downsample_mode": "8x"}, *hostile_markers):
         assert client.post("/v1/mrope/positions", json={**request, **bad}).status_code == 422
+
+
+def test_a_preset_vision_config_is_checked_once_and_an_unknown_preset_is_refused_every_time(client: TestClient) -> None:
+    rows = [[{"text": 2}, {"image": [1, 4, 4]}]]
+    first = post(client, "/v1/mrope/positions", {"preset": "qwen2.5-vl-7b", "rows": rows})
+    assert post(client, "/v1/mrope/positions", {"preset": "qwen2.5-vl-7b", "rows": rows}) == first
+    assert preset_vision_config("qwen2.5-vl-7b") is preset_vision_config("qwen2.5-vl-7b")
+    assert preset_vision_config("qwen2.5-vl-7b").spatial_merge_size == 2
+    for _ in range(2):
+        refusal = post(client, "/v1/mrope/positions", {"preset": "no-such-preset", "rows": rows}, status=422)
+        assert refusal["field"] == "preset" and "no-such-preset" in refusal["detail"]

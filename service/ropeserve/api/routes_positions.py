@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, NamedTuple
@@ -134,7 +135,7 @@ def _positions(body: PositionsRequest, request: Request, runtime: Runtime) -> Re
 class VisionConfig(BaseModel):
     """The keys of a config's ``vision_config`` these routes read, bounded like the explicit request fields."""
 
-    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False, frozen=True)
     spatial_merge_size: Int64 | None = Field(None, ge=1, le=64)
     tokens_per_second: float | None = Field(None, gt=0)
     hidden_size: Int64 | None = Field(None, ge=1)
@@ -170,6 +171,20 @@ def vision_config(config: Mapping[str, Any]) -> VisionConfig:
         raise InvalidInput(f"vision_config.{key}: {first['msg']}", field=f"/config/vision_config/{key}") from None
 
 
+@functools.cache
+def preset_vision_config(name: str) -> VisionConfig:
+    """A preset's checked ``vision_config``, checked once per preset (presets are constants; an unknown name raises
+    and is not cached)."""
+    return vision_config(preset_config(name))
+
+
+def source_vision_config(config: Mapping[str, Any] | None, preset: str | None) -> VisionConfig:
+    """The checked ``vision_config`` of the request's config, else of its preset, else an empty one."""
+    if config is not None:
+        return vision_config(config)
+    return preset_vision_config(preset) if preset else VisionConfig()
+
+
 class MRopeModel(StrictModel):
     """Which M-RoPE family and vision settings: ``family`` and/or a ``preset``/``config`` to read them from."""
 
@@ -190,7 +205,7 @@ class MRopeModel(StrictModel):
             if self.family is None:
                 raise InvalidInput("give family, preset or config", field="family")
             return self.family, self.spatial_merge_size, self.tokens_per_second
-        vision = vision_config(config)
+        vision = source_vision_config(self.config, self.preset)
         family = self.family or config.get("model_type")
         if not isinstance(family, str):
             raise InvalidInput("the config has no model_type; give family", field="family")
@@ -557,8 +572,7 @@ class VisionRopeRequest(StrictModel):
 
     def resolve(self) -> tuple[int, int]:
         """``(spatial_merge_size, head_dim)``: explicit fields win over the vision_config."""
-        config = self.config if self.config is not None else (preset_config(self.preset) if self.preset else {})
-        vision = vision_config(config)
+        vision = source_vision_config(self.config, self.preset)
         merge = self.spatial_merge_size or vision.spatial_merge_size or 2
         head_dim = self.head_dim or vision.head_dim()
         if head_dim is None:
