@@ -52,7 +52,7 @@ async def validate_config(body: ValidateRequest, request: Request, runtime: Runt
 def _validate(body: ValidateRequest, runtime: Runtime) -> Response:
     report = validate_config_request(_request_of(body))
     for finding in report["findings"]:
-        runtime.metrics.lint_findings.labels(rule=finding["rule"], severity=finding["severity"]).inc()
+        runtime.metrics.count_lint_finding(finding["rule"], finding["severity"])
     return FastJSONResponse(report)
 
 
