@@ -50,7 +50,9 @@ class LintContext:
         tokenizer_config: Mapping[str, Any] | None = None,
         draft_config: Mapping[str, Any] | None = None,
     ) -> LintContext:
-        original = ModelView.build(config)
+        """The context of ``config`` and ``draft_config``, whose numbers ``lint_config`` has checked (an intent's
+        ``rope_override`` is checked with the config it makes)."""
+        original = ModelView.build(config, numbers_checked=True)
         model = ModelView.build(config, intent.rope_override) if intent.rope_override is not None else original
         dtype, dtype_source = _model_dtype(model, intent)
         return cls(
@@ -58,7 +60,7 @@ class LintContext:
             model=model,
             original=original,
             tokenizer_config=tokenizer_config,
-            draft=ModelView.build(draft_config) if draft_config is not None else None,
+            draft=ModelView.build(draft_config, numbers_checked=True) if draft_config is not None else None,
             lengths={t.name: _length(model, t, intent, tokenizer_config) for t in intent.engines},
             dtype=dtype,
             dtype_source=dtype_source,

@@ -46,7 +46,11 @@ class ModelView:
     class default) -> where the value really came from (``/n_embd``, ``default:class:hidden_size``)."""
 
     @classmethod
-    def build(cls, config: Mapping[str, Any], rope_override: Mapping[str, Any] | None = None) -> ModelView:
+    def build(
+        cls, config: Mapping[str, Any], rope_override: Mapping[str, Any] | None = None, *, numbers_checked: bool = False
+    ) -> ModelView:
+        """The view of ``config`` (with ``rope_override`` as its rope dict); ``numbers_checked``: ``config`` and the
+        override have passed ``check_json_numbers`` (``normalize_config``'s argument)."""
         if not is_json_object(config):
             raise InvalidInput("config must be a JSON object", field="/config")
         document = _with_override(config, rope_override) if rope_override is not None else config
@@ -55,7 +59,7 @@ class ModelView:
         family = family_of(model_type if isinstance(model_type, str) else None)
         document, text, filled = _as_config_class(document, raw_text, text_pointer, family)
         try:
-            normalized, error = normalize_config(document, validate=False), None
+            normalized, error = normalize_config(document, validate=False, numbers_checked=numbers_checked), None
         except InvalidInput as failure:
             normalized, error = None, failure
         layers = {} if normalized is None else {k: p for k, p in normalized.layers.items() if p is not None}
