@@ -86,7 +86,9 @@ class LintContext:
 
     def targets(self, *names: str) -> list[EngineTarget]:
         """The intent's targets among ``names`` (all targets when no name is given)."""
-        return [t for t in self.intent.engines if not names or t.name in names]
+        if not names:
+            return list(self.intent.engines)
+        return [t for t in self.intent.engines if t.name in names]
 
     @lazy
     def target_names(self) -> tuple[str, ...]:
@@ -95,7 +97,9 @@ class LintContext:
 
     def targeted(self, *names: str) -> list[str]:
         """The names of ``targets(*names)``."""
-        return [name for name in self.target_names if not names or name in names]
+        if not names:
+            return list(self.target_names)
+        return [name for name in self.target_names if name in names]
 
     @property
     def pairing(self) -> str:
