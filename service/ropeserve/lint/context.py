@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ropeserve.config import RopeParams
 from ropeserve.lint import pointers
 from ropeserve.lint.engines import EngineLength, derive_length, vllm_window_cap
 from ropeserve.lint.findings import Hit
@@ -41,6 +42,8 @@ class LintContext:
     lengths: dict[str, EngineLength] = field(default_factory=dict)
     dtype: str = DEFAULT_DTYPE
     dtype_source: str = "assumed"
+    table_errors: dict[tuple[int, str, str], TableError] = field(default_factory=dict, repr=False)
+    """``table_error_of`` results of this lint run by (position, phase dtype, table dtype)."""
 
     @classmethod
     def build(
@@ -126,15 +129,12 @@ class LintContext:
         main = self.model.computable_main
         if main is None:
             return []
-        rows, cache = [], {}
+        rows = []
         for target in self.intent.engines:
             served = self.served(target.name)
-            if not served:
-                continue
-            key = (served - 1, self.intent.phase_dtype, self.table_dtype(target.name))
-            if key not in cache:
-                cache[key] = table_error(main, *key)
-            rows.append(NumericsRow(target.name, cache[key]))
+            if served:
+                error = self.table_error_of(main, served - 1, self.intent.phase_dtype, self.table_dtype(target.name))
+                rows.append(NumericsRow(target.name, error))
         return rows
 
     @lazy
@@ -143,7 +143,15 @@ class LintContext:
         main, longest = self.model.computable_main, self.longest
         if main is None or not longest:
             return None
-        return table_error(main, longest - 1, "float32", "float32")
+        return self.table_error_of(main, longest - 1, "float32", "float32")
+
+    def table_error_of(self, main: RopeParams, position: int, phase_dtype: str, table_dtype: str) -> TableError:
+        """``table_error`` of ``main``, looked up once per key in a lint run (several targets and the float32
+        reference share one; a lookup in its cache hashes and compares the whole ``RopeParams``)."""
+        key = (position, phase_dtype, table_dtype)
+        if (error := self.table_errors.get(key)) is None:
+            error = self.table_errors[key] = table_error(main, *key)
+        return error
 
 
 def _length(
