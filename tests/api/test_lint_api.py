@@ -44,6 +44,13 @@ def test_findings_counter_adds_every_request(client: TestClient) -> None:
         assert f'ropeserve_lint_findings_total{{rule="{rule}",severity="{severity}"}} {float(count)}' in metrics
 
 
+def test_null_optional_fields_are_absent_ones(client: TestClient) -> None:
+    nulls = {"intent": None, "tokenizer_config": None, "draft_config": None}
+    given = client.post("/v1/config/validate", json={"config": LLAMA, **nulls})
+    assert given.status_code == 200
+    assert given.content == client.post("/v1/config/validate", json={"config": LLAMA}).content
+
+
 def test_clean_config_has_no_errors(client: TestClient) -> None:
     response = client.post("/v1/config/validate", json={"config": LLAMA, "intent": {"max_model_len": 131072}})
     assert response.status_code == 200

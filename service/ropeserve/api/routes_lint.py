@@ -58,5 +58,6 @@ def _validate(body: ValidateRequest, runtime: Runtime) -> Response:
 
 def _request_of(body: ValidateRequest) -> dict[str, Any]:
     """The request as ``validate_config_request`` reads it: the fields given, their parsed JSON as is (what
-    ``model_dump(exclude_none=True)`` returns, without copying every document)."""
-    return {name: value for name, value in body if value is not None}
+    ``model_dump(exclude_none=True)`` returns, without copying every document; pydantic keeps the field values in
+    the model's ``__dict__``, which ``ValidateRequest``'s ``extra="forbid"`` leaves without other keys)."""
+    return {name: value for name, value in vars(body).items() if value is not None}
