@@ -127,6 +127,16 @@ class Metrics:
         self.lint_findings = Counter(
             "ropeserve_lint_findings", "Config lint findings reported.", ["rule", "severity"], registry=r
         )
+        self._lint_finding_series: dict[tuple[str, str], Counter] = {}
+        """``lint_findings`` children per (rule, severity): ``labels()`` costs more than the update. Bounded by the
+        registered rules and the three severities."""
+
+    def count_lint_finding(self, rule: str, severity: str) -> None:
+        """One more ``lint_findings`` of ``rule`` at ``severity``."""
+        key = (rule, severity)
+        if (series := self._lint_finding_series.get(key)) is None:
+            series = self._lint_finding_series[key] = self.lint_findings.labels(rule=rule, severity=severity)
+        series.inc()
 
     def exposition(self) -> bytes:
         """The registry in Prometheus text format; with workers, every worker's values combined."""

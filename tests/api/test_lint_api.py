@@ -34,6 +34,23 @@ def test_findings_equal_the_library_report_and_are_counted(client: TestClient) -
         assert f'ropeserve_lint_findings_total{{rule="{finding["rule"]}",severity="{finding["severity"]}"}}' in metrics
 
 
+def test_findings_counter_adds_every_request(client: TestClient) -> None:
+    body = {"config": LLAMA, "intent": {"engines": ["vllm"], "max_model_len": 200_000}}
+    findings = [client.post("/v1/config/validate", json=body).json()["findings"] for _ in range(2)]
+    assert findings[0] == findings[1]
+    metrics = client.get("/metrics").text
+    for rule, severity in {(f["rule"], f["severity"]) for f in findings[0]}:
+        count = 2 * sum(1 for f in findings[0] if (f["rule"], f["severity"]) == (rule, severity))
+        assert f'ropeserve_lint_findings_total{{rule="{rule}",severity="{severity}"}} {float(count)}' in metrics
+
+
+def test_null_optional_fields_are_absent_ones(client: TestClient) -> None:
+    nulls = {"intent": None, "tokenizer_config": None, "draft_config": None}
+    given = client.post("/v1/config/validate", json={"config": LLAMA, **nulls})
+    assert given.status_code == 200
+    assert given.content == client.post("/v1/config/validate", json={"config": LLAMA}).content
+
+
 def test_clean_config_has_no_errors(client: TestClient) -> None:
     response = client.post("/v1/config/validate", json={"config": LLAMA, "intent": {"max_model_len": 131072}})
     assert response.status_code == 200

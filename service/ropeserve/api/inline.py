@@ -26,10 +26,13 @@ INLINE_BUILD_ELEMENTS = 1 << 16
 cached table); a larger build runs in the threadpool. (A rotation grows its table in the kernel thread anyway.)"""
 
 
-async def run_sized(size: int, work: Callable[[], T], limit: int = INLINE_MAX_POSITIONS) -> T:
-    """``work()`` inline when ``size <= limit`` (its torch ops serial: ``run_inline``), else in the threadpool."""
+async def run_sized(
+    size: int, work: Callable[[], T], limit: int = INLINE_MAX_POSITIONS, *, uses_torch: bool = True
+) -> T:
+    """``work()`` inline when ``size <= limit`` (its torch ops serial: ``run_inline``; work that never calls torch,
+    such as the linter, without those guards), else in the threadpool."""
     if size <= limit:
-        return run_inline(work)
+        return run_inline(work) if uses_torch else work()
     return await run_in_threadpool(work)
 
 

@@ -46,11 +46,18 @@ class ValidateRequest(StrictModel):
 async def validate_config(body: ValidateRequest, request: Request, runtime: RuntimeDep) -> Response:
     declared = request.headers.get("content-length", "")
     size = int(declared) if declared.isdigit() else INLINE_MAX_BODY_BYTES + 1
-    return await run_sized(size, lambda: _validate(body, runtime), INLINE_MAX_BODY_BYTES)
+    return await run_sized(size, lambda: _validate(body, runtime), INLINE_MAX_BODY_BYTES, uses_torch=False)
 
 
 def _validate(body: ValidateRequest, runtime: Runtime) -> Response:
-    report = validate_config_request(body.model_dump(exclude_none=True))
+    report = validate_config_request(_request_of(body))
     for finding in report["findings"]:
-        runtime.metrics.lint_findings.labels(rule=finding["rule"], severity=finding["severity"]).inc()
+        runtime.metrics.count_lint_finding(finding["rule"], finding["severity"])
     return FastJSONResponse(report)
+
+
+def _request_of(body: ValidateRequest) -> dict[str, Any]:
+    """The request as ``validate_config_request`` reads it: the fields given, their parsed JSON as is (what
+    ``model_dump(exclude_none=True)`` returns, without copying every document; pydantic keeps the field values in
+    the model's ``__dict__``, which ``ValidateRequest``'s ``extra="forbid"`` leaves without other keys)."""
+    return {name: value for name, value in vars(body).items() if value is not None}

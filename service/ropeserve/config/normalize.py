@@ -78,17 +78,21 @@ class NormalizedConfig:
         return rope_layers[layer_type]
 
 
-def normalize_config(config: Mapping[str, Any], *, validate: bool = True) -> NormalizedConfig:
+def normalize_config(
+    config: Mapping[str, Any], *, validate: bool = True, numbers_checked: bool = False
+) -> NormalizedConfig:
     """Normalise a Hugging Face ``config.json`` dict (any form above) into per-layer-type ``RopeParams``.
 
     With ``validate=False`` (the linter's mode) unknown rope types, missing required keys and out-of-range
     values (rope parameters and ``sliding_window``, ``validate.window_problems``) are kept as found instead of
     raising, so each can be reported on its own; values that cannot be read at all (a non-numeric theta, no
-    head_dim) still raise InvalidInput.
+    head_dim) still raise InvalidInput. ``numbers_checked`` says the caller has run ``check_json_numbers`` over
+    ``config`` already (the linter checks each document once, naming the document in the error's pointer).
     """
     if not is_json_object(config):
         raise InvalidInput("config must be a JSON object", field="config")
-    check_json_numbers(config)
+    if not numbers_checked:
+        check_json_numbers(config)
     section, pointer = text_section(config)
     model_type = section.get("model_type") or config.get("model_type")
     if model_type is not None and not isinstance(model_type, str):

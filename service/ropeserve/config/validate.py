@@ -8,7 +8,7 @@ type's own live in its module (``ropeserve.config.rope_types``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ropeserve.config.params import RopeParams
@@ -90,8 +90,10 @@ def _positive_integer(value: Any) -> bool:
     return math.isfinite(value) and value > 0 and float(value).is_integer()
 
 
-def validate_params(params: RopeParams, sources: Mapping[str, str] | None = None) -> None:
-    """Raise InvalidInput for the first problem of ``params``, its field taken from ``sources`` (key -> where
-    the value came from) when given."""
-    for problem in problems(params):
+def validate_params(
+    params: RopeParams, sources: Mapping[str, str] | None = None, found: Iterable[Problem] | None = None
+) -> None:
+    """Raise InvalidInput for the first problem of ``params`` (``found``: its ``problems``, when the caller has
+    them already), its field taken from ``sources`` (key -> where the value came from) when given."""
+    for problem in problems(params) if found is None else found:
         raise InvalidInput(problem.message, field=(sources or {}).get(problem.key, problem.key))

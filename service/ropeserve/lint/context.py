@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ropeserve.config import RopeParams
 from ropeserve.lint import pointers
 from ropeserve.lint.engines import EngineLength, derive_length, vllm_window_cap
 from ropeserve.lint.findings import Hit
@@ -41,6 +42,8 @@ class LintContext:
     lengths: dict[str, EngineLength] = field(default_factory=dict)
     dtype: str = DEFAULT_DTYPE
     dtype_source: str = "assumed"
+    table_errors: dict[tuple[int, str, str], TableError] = field(default_factory=dict, repr=False)
+    """``table_error_of`` results of this lint run by (position, phase dtype, table dtype)."""
 
     @classmethod
     def build(
@@ -50,7 +53,9 @@ class LintContext:
         tokenizer_config: Mapping[str, Any] | None = None,
         draft_config: Mapping[str, Any] | None = None,
     ) -> LintContext:
-        original = ModelView.build(config)
+        """The context of ``config`` and ``draft_config``, whose numbers ``lint_config`` has checked (an intent's
+        ``rope_override`` is checked with the config it makes)."""
+        original = ModelView.build(config, numbers_checked=True)
         model = ModelView.build(config, intent.rope_override) if intent.rope_override is not None else original
         dtype, dtype_source = _model_dtype(model, intent)
         return cls(
@@ -58,7 +63,7 @@ class LintContext:
             model=model,
             original=original,
             tokenizer_config=tokenizer_config,
-            draft=ModelView.build(draft_config) if draft_config is not None else None,
+            draft=ModelView.build(draft_config, numbers_checked=True) if draft_config is not None else None,
             lengths={t.name: _length(model, t, intent, tokenizer_config) for t in intent.engines},
             dtype=dtype,
             dtype_source=dtype_source,
@@ -84,7 +89,9 @@ class LintContext:
 
     def targets(self, *names: str) -> list[EngineTarget]:
         """The intent's targets among ``names`` (all targets when no name is given)."""
-        return [t for t in self.intent.engines if not names or t.name in names]
+        if not names:
+            return list(self.intent.engines)
+        return [t for t in self.intent.engines if t.name in names]
 
     @lazy
     def target_names(self) -> tuple[str, ...]:
@@ -93,7 +100,9 @@ class LintContext:
 
     def targeted(self, *names: str) -> list[str]:
         """The names of ``targets(*names)``."""
-        return [name for name in self.target_names if not names or name in names]
+        if not names:
+            return list(self.target_names)
+        return [name for name in self.target_names if name in names]
 
     @property
     def pairing(self) -> str:
@@ -120,15 +129,12 @@ class LintContext:
         main = self.model.computable_main
         if main is None:
             return []
-        rows, cache = [], {}
+        rows = []
         for target in self.intent.engines:
             served = self.served(target.name)
-            if not served:
-                continue
-            key = (served - 1, self.intent.phase_dtype, self.table_dtype(target.name))
-            if key not in cache:
-                cache[key] = table_error(main, *key)
-            rows.append(NumericsRow(target.name, cache[key]))
+            if served:
+                error = self.table_error_of(main, served - 1, self.intent.phase_dtype, self.table_dtype(target.name))
+                rows.append(NumericsRow(target.name, error))
         return rows
 
     @lazy
@@ -137,7 +143,15 @@ class LintContext:
         main, longest = self.model.computable_main, self.longest
         if main is None or not longest:
             return None
-        return table_error(main, longest - 1, "float32", "float32")
+        return self.table_error_of(main, longest - 1, "float32", "float32")
+
+    def table_error_of(self, main: RopeParams, position: int, phase_dtype: str, table_dtype: str) -> TableError:
+        """``table_error`` of ``main``, looked up once per key in a lint run (several targets and the float32
+        reference share one; a lookup in its cache hashes and compares the whole ``RopeParams``)."""
+        key = (position, phase_dtype, table_dtype)
+        if (error := self.table_errors.get(key)) is None:
+            error = self.table_errors[key] = table_error(main, *key)
+        return error
 
 
 def _length(

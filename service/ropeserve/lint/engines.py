@@ -228,7 +228,7 @@ class EngineLength:
     window_cap: WindowCap | None = None
     """Set when the engine disables the sliding window and so caps ``derived`` at it (vLLM)."""
 
-    @property
+    @lazy
     def cache_rows(self) -> int | None:
         """The binding cache size: the smallest over the RoPE layer types (None when the engine has no cache)."""
         return min(self.cache_rows_by_layer.values(), default=None)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +46,11 @@ class ModelView:
     class default) -> where the value really came from (``/n_embd``, ``default:class:hidden_size``)."""
 
     @classmethod
-    def build(cls, config: Mapping[str, Any], rope_override: Mapping[str, Any] | None = None) -> ModelView:
+    def build(
+        cls, config: Mapping[str, Any], rope_override: Mapping[str, Any] | None = None, *, numbers_checked: bool = False
+    ) -> ModelView:
+        """The view of ``config`` (with ``rope_override`` as its rope dict); ``numbers_checked``: ``config`` and the
+        override have passed ``check_json_numbers`` (``normalize_config``'s argument)."""
         if not is_json_object(config):
             raise InvalidInput("config must be a JSON object", field="/config")
         document = _with_override(config, rope_override) if rope_override is not None else config
@@ -55,7 +59,7 @@ class ModelView:
         family = family_of(model_type if isinstance(model_type, str) else None)
         document, text, filled = _as_config_class(document, raw_text, text_pointer, family)
         try:
-            normalized, error = normalize_config(document, validate=False), None
+            normalized, error = normalize_config(document, validate=False, numbers_checked=numbers_checked), None
         except InvalidInput as failure:
             normalized, error = None, failure
         layers = {} if normalized is None else {k: p for k, p in normalized.layers.items() if p is not None}
@@ -73,21 +77,26 @@ class ModelView:
         )
 
     @lazy
-    def main(self) -> RopeParams | None:
-        """Full-attention parameters (or the only RoPE layer type's)."""
+    def main_layer_type(self) -> str | None:
+        """The layer type of ``main``: full attention, or the first RoPE layer type (None without one)."""
         if not self.layers:
             return None
-        return self.layers.get("full_attention") or next(iter(self.layers.values()))
+        return "full_attention" if "full_attention" in self.layers else next(iter(self.layers))
+
+    @lazy
+    def main(self) -> RopeParams | None:
+        """Full-attention parameters (or the only RoPE layer type's)."""
+        return None if self.main_layer_type is None else self.layers[self.main_layer_type]
 
     @lazy
     def computable_main(self) -> RopeParams | None:
         """``main`` when its frequencies are defined: a known rope type with its required keys, within
         MAX_HEAD_DIM, passing the normaliser's strict validation."""
-        main = self.main
-        if main is None:
+        main, layer_type = self.main, self.main_layer_type
+        if main is None or layer_type is None:
             return None
         try:
-            check_computable(main)
+            check_computable(main, found=self.layer_problems[layer_type])
         except InvalidInput:
             return None
         return main
@@ -146,15 +155,18 @@ class ModelView:
         return "gemma3" in (self.model_type or "")
 
 
-def check_computable(params: RopeParams, sources: Mapping[str, str] | None = None) -> None:
-    """Raise InvalidInput unless ``params`` define frequencies the linter can tabulate."""
+def check_computable(
+    params: RopeParams, sources: Mapping[str, str] | None = None, found: Iterable[Problem] | None = None
+) -> None:
+    """Raise InvalidInput unless ``params`` define frequencies the linter can tabulate (``found``: the
+    ``validate.problems`` of ``params``, when the caller has them already)."""
     definition = lookup(params.rope_type)
     if definition is None:
         raise InvalidInput(f"no frequency model for rope_type {params.rope_type!r}", field="rope_type")
     missing = sorted(key for key in definition.required if params.value(key) is None)
     if missing:
         raise InvalidInput(f"rope_type {params.rope_type!r} requires {missing}", field=missing[0])
-    validate_params(params, sources)
+    validate_params(params, sources, found)
     if params.rope_theta <= 1:
         raise InvalidInput(f"rope_theta {params.rope_theta:g} must exceed 1", field="rope_theta")
     if params.head_dim > MAX_HEAD_DIM:

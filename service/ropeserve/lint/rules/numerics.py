@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.findings import SPEC, Hit, Severity, rule
-from ropeserve.lint.numerics import EXACT_INTEGER_LIMIT, TableError, table_error
+from ropeserve.lint.numerics import EXACT_INTEGER_LIMIT, TableError
 
 WARNING, INFO = Severity.WARNING, Severity.INFO
 LOW_PRECISION = frozenset({"bfloat16", "float16"})
@@ -27,12 +27,12 @@ def low_precision_phases(ctx: LintContext) -> Iterator[Hit]:
     phase, main, longest = ctx.intent.phase_dtype, ctx.model.computable_main, ctx.longest
     if phase not in LOW_PRECISION or main is None or not longest:
         return
-    error = table_error(main, longest - 1, phase, ctx.dtype)
+    error = ctx.table_error_of(main, longest - 1, phase, ctx.dtype)
     yield ctx.intent_hit(
         "phase_dtype",
         f"phases in {phase}: integers above {EXACT_INTEGER_LIMIT[phase]} are not exact and the max cos/sin error "
         f"at position {longest - 1:,} is {error.worst:.3g} (float32 phases: "
-        f"{table_error(main, longest - 1, 'float32', ctx.dtype).worst:.3g})",
+        f"{ctx.table_error_of(main, longest - 1, 'float32', ctx.dtype).worst:.3g})",
         "Compute inv_freq, positions and their product in float32 (disable autocast around the rotary embedding);"
         " cast only cos/sin.",
     )
