@@ -127,6 +127,20 @@ class Metrics:
         self.lint_findings = Counter(
             "ropeserve_lint_findings", "Config lint findings reported.", ["rule", "severity"], registry=r
         )
+        lint_answers = Counter(
+            "ropeserve_lint_answer_cache_lookups",
+            "Lint requests by whether their body repeated one answered before (hit: the stored answer was served).",
+            ["result"],
+            registry=r,
+        )
+        self.lint_answer_hits = lint_answers.labels(result="hit")
+        self.lint_answer_misses = lint_answers.labels(result="miss")
+        self.lint_answer_cache_bytes = Gauge(
+            "ropeserve_lint_answer_cache_bytes",
+            "Bytes charged to the stored lint answers (at most ROPESERVE_LINT_ANSWER_CACHE_BYTES per process).",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self._lint_finding_series: dict[tuple[str, str], Counter] = {}
         """``lint_findings`` children per (rule, severity): ``labels()`` costs more than the update. Bounded by the
         registered rules and the three severities."""

@@ -63,6 +63,13 @@ class Settings(BaseSettings):
         description="Bytes of cos/sin rows the table cache holds in all (one table: at most 64 MiB); least recently "
         "used tables are dropped beyond it, and rows past it are computed per request, uncached. 0: no rows cached.",
     )
+    lint_answer_cache_bytes: int = Field(
+        16 * 2**20,
+        ge=0,
+        description="Bytes of lint answers kept for requests whose body repeats one answered before, byte for byte "
+        "(the report is a pure function of the body); least recently used answers are dropped beyond it, and one "
+        "answer over a sixteenth of it is not kept. 0: every request is linted anew.",
+    )
 
     batching: bool = Field(True, description="Concatenate compatible concurrent rotation requests.")
     batch_max_tokens: int = Field(65_536, ge=1, description="Token budget of one fused rotation call.")

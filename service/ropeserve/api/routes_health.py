@@ -48,6 +48,7 @@ async def health(runtime: RuntimeDep) -> dict[str, str]:
 def metrics(runtime: RuntimeDep) -> Response:
     runtime.metrics.table_cache_entries.set(len(runtime.tables))
     runtime.metrics.table_cache_bytes.set(runtime.tables.nbytes)
+    runtime.metrics.lint_answer_cache_bytes.set(runtime.lint_answers.nbytes)
     return Response(runtime.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 

@@ -11,6 +11,7 @@ from fastapi import Depends, Request
 
 from ropeserve.metrics import Metrics
 from ropeserve.rope import TableCache
+from ropeserve.serving.answers import AnswerCache
 from ropeserve.serving.buffers import BodyBudget
 from ropeserve.settings import Settings
 
@@ -35,6 +36,7 @@ class Runtime:
     device: torch.device
     tables: TableCache
     body_budget: BodyBudget
+    lint_answers: AnswerCache
     ready: bool = False
     draining: bool = False
     extensions: dict[str, object] = field(default_factory=dict)
@@ -50,6 +52,7 @@ class Runtime:
             device=resolve_device(settings.device),
             tables=TableCache(settings.table_cache_entries, settings.table_cache_bytes),
             body_budget=BodyBudget(settings.max_inflight_body_bytes, settings.retry_after_s),
+            lint_answers=AnswerCache(settings.lint_answer_cache_bytes),
         )
 
     def set_ready(self, ready: bool) -> None:
