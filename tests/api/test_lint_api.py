@@ -83,3 +83,43 @@ def test_invalid_sliding_window_is_the_same_422_detail_as_the_lint_finding(clien
     [finding] = [f for f in linted["findings"] if f["rule"] == "RS208"]
     assert refused.json()["detail"] == finding["message"]
     assert refused.json()["field"] == "config.sliding_window"
+
+
+def lint_bodies() -> list[bytes]:
+    """Bodies that differ only where JSON parsing tells them apart: NaN and null, 1 and 1.0, key order, spacing."""
+    config = json.dumps(LLAMA)
+    return [
+        config.replace('"rope_theta": 500000.0', '"rope_theta": NaN').encode(),
+        config.replace('"rope_theta": 500000.0', '"rope_theta": null').encode(),
+        config.replace('"factor": 8.0', '"factor": 8').encode(),
+        json.dumps(dict(reversed(LLAMA.items()))).encode(),
+        json.dumps(LLAMA, separators=(",", ":")).encode(),
+    ]
+
+
+def test_a_repeated_body_gets_the_report_the_linter_computes_for_it(client: TestClient) -> None:
+    headers = {"content-type": "application/json"}
+    reports = []
+    with TestClient(create_app(Settings(access_log=False, lint_answer_cache_bytes=0))) as uncached:
+        for config in lint_bodies():
+            body = b'{"config": ' + config + b', "intent": {"max_model_len": 200000}}'
+            fresh = uncached.post("/v1/config/validate", content=body, headers=headers)
+            answers = [client.post("/v1/config/validate", content=body, headers=headers) for _ in range(2)]
+            assert fresh.status_code == 200
+            reports.append(fresh.content)
+            assert [a.content for a in answers] == [fresh.content] * 2
+            assert [a.headers["content-type"] for a in answers] == [fresh.headers["content-type"]] * 2
+        assert len(uncached.app.state.runtime.lint_answers) == 0
+    assert reports[0] != reports[1]  # NaN and null theta: two reports
+    assert len(client.app.state.runtime.lint_answers) == len(set(lint_bodies())) == len(lint_bodies())
+    metrics = client.get("/metrics").text
+    assert f'ropeserve_lint_answer_cache_lookups_total{{result="hit"}} {float(len(lint_bodies()))}' in metrics
+    assert f'ropeserve_lint_answer_cache_lookups_total{{result="miss"}} {float(len(lint_bodies()))}' in metrics
+
+
+def test_refused_requests_are_not_stored(client: TestClient) -> None:
+    for _ in range(2):
+        response = client.post("/v1/config/validate", json={"config": LLAMA, "intent": {"dtype": "fp7"}})
+        assert response.status_code == 422
+        assert response.headers["content-type"] == "application/problem+json"
+    assert len(client.app.state.runtime.lint_answers) == 0

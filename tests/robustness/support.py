@@ -29,6 +29,8 @@ ROPE = {"rope_theta": 10_000.0, "head_dim": 16}
 MROPE_PRESET = "qwen2.5-vl-7b"
 MROPE_HEAD_DIM = 128
 DROPPED_METRIC = "ropeserve_dropped_requests_total"
+SLOW_READ_BYTES = 512
+"""What ``slow_json_exchange`` reads at a time: an answer of a few kB arrives in many pieces."""
 
 
 def raw_safetensors(header: dict[str, Any] | bytes, data: bytes = b"", *, claimed_length: int | None = None) -> bytes:
@@ -146,6 +148,23 @@ def open_socket(url: str, timeout: float = 10.0) -> socket.socket:
 def request_head(path: str, headers: dict[str, str]) -> bytes:
     lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", *(f"{key}: {value}" for key, value in headers.items())]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def slow_json_exchange(port: int, path: str, body: object, *, leave: bool = False) -> bytes | None:
+    """POST ``body`` as JSON on a raw socket (``Connection: close``) and read the answer ``SLOW_READ_BYTES`` at a
+    time; returns its body after asserting a 200. ``leave``: close the socket right after sending (None)."""
+    payload = json.dumps(body).encode()
+    headers = {"Content-Type": "application/json", "Content-Length": str(len(payload)), "Connection": "close"}
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(request_head(path, headers) + payload)
+        if leave:
+            return None
+        chunks = []
+        while chunk := sock.recv(SLOW_READ_BYTES):
+            chunks.append(chunk)
+    status, _, rest = b"".join(chunks).partition(b"\r\n")
+    assert b" 200 " in status, status + rest[:300]
+    return rest.split(b"\r\n\r\n", 1)[1]
 
 
 def read_status(sock: socket.socket) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import random
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,6 +28,7 @@ from positions_oracle import MINICPM_MARKERS, hf_glm_image, hf_hunyuan, hf_minic
 from served import Served, serving
 
 from ropeserve.positions import _patterns
+from support import slow_json_exchange
 
 Case = tuple[dict[str, Any], dict[str, torch.Tensor]]
 """(request body, expected answer fields)."""
@@ -36,7 +36,6 @@ Case = tuple[dict[str, Any], dict[str, torch.Tensor]]
 CLIENTS = 4
 REQUESTS_PER_CLIENT = 12
 LEAVERS = 2
-SLOW_READ_BYTES = 512
 
 
 def _left_padded(rows: list[list[int]], fill: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -176,23 +175,9 @@ def served() -> Iterator[Served]:
 
 
 def exchange(port: int, body: dict[str, Any], *, leave: bool = False) -> dict[str, Any] | None:
-    """POST ``body`` on a raw socket; read the answer a few bytes at a time (``leave``: close before reading)."""
-    payload = json.dumps(body).encode()
-    head = (
-        f"POST /v1/mrope/positions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
-    ).encode()
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        sock.sendall(head + payload)
-        if leave:
-            return None
-        chunks = []
-        while chunk := sock.recv(SLOW_READ_BYTES):
-            chunks.append(chunk)
-    raw = b"".join(chunks)
-    status, _, rest = raw.partition(b"\r\n")
-    assert b" 200 " in status, raw[:300]
-    return json.loads(rest.split(b"\r\n\r\n", 1)[1])  # type: ignore[no-any-return]
+    """POST ``body`` to M-RoPE positions; read the answer a few bytes at a time (``leave``: close before reading)."""
+    answer = slow_json_exchange(port, "/v1/mrope/positions", body, leave=leave)
+    return None if answer is None else json.loads(answer)
 
 
 def test_concurrent_requests_get_their_own_positions_while_the_cache_churns(served: Served) -> None:
