@@ -10,7 +10,9 @@ Two uvicorn processes on 127.0.0.1 (free ports, uvloop + httptools, access log o
 A keep-alive load generator (asyncio, raw sockets, ``--connections`` connections, a bounded number of requests)
 drives each endpoint on the three routes, interleaved within each round so that machine noise hits all of them;
 the printed ratios are the medians of the per-round ratios of requests per second (ropeserve / echo: goal >= 70%;
-ropeserve / floor: what is left above a server that does no work at all). Then the server time of a
+ropeserve / floor: what is left above a server that does no work at all). The linter's answer cache serves a body
+it answered before: ``lint one config`` repeats one body (a deployment gate's pattern), ``lint, a new config each``
+sends a body never sent before with every request (linting itself). Then the server time of a
 16-position cos/sin (``x-total-time``, measured by ropeserve's middleware; goal < 1 ms) over sequential
 requests, and the JSON encoders measured on the cos/sin answer.
 """
@@ -29,7 +31,7 @@ import sys
 import tempfile
 import time
 import timeit
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -57,7 +59,12 @@ ENDPOINTS: dict[str, tuple[str, str, object]] = {
         {"mrope_position_deltas": [-10, 0, -3, -4], "cache_lengths": [100, 2000, 35, 7], "num_new": 4},
     ),
     "lint one config": ("POST", "/v1/config/validate", {"config": json.loads(CONFIG.read_text())}),
+    "lint, a new config each": ("POST", "/v1/config/validate", {"config": json.loads(CONFIG.read_text())}),
 }
+FRESH_BODIES = frozenset({"lint, a new config each"})
+"""Endpoints whose every request carries a body no earlier request sent (the config's ``_name_or_path`` numbered):
+the linter's answer cache never holds it, so the row measures linting itself; ``lint one config`` repeats one body,
+as a deployment gate does (the stored answer after the first request)."""
 
 
 # --- servers -------------------------------------------------------------------------------------------------------
@@ -148,32 +155,51 @@ async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, r
     return status, headers, body
 
 
-async def _connection(port: int, raw: bytes, count: int, statuses: list[int]) -> None:
+async def _connection(port: int, raws: Sequence[bytes], statuses: list[int]) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
-        for _ in range(count):
+        for raw in raws:
             status, _headers, _body = await exchange(reader, writer, raw)
             statuses.append(status)
     finally:
         writer.close()
 
 
-async def _load(port: int, raw: bytes, requests: int, connections: int) -> float:
+async def _load(port: int, raws: Sequence[bytes], connections: int) -> float:
     statuses: list[int] = []
     started = time.perf_counter()
-    per_connection = max(1, requests // connections)
-    await asyncio.wait_for(
-        asyncio.gather(*(_connection(port, raw, per_connection, statuses) for _ in range(connections))), timeout=120
-    )
+    per_connection = max(1, len(raws) // connections)
+    shares = [raws[c * per_connection : (c + 1) * per_connection] for c in range(connections)]
+    await asyncio.wait_for(asyncio.gather(*(_connection(port, share, statuses) for share in shares)), timeout=120)
     elapsed = time.perf_counter() - started
     if set(statuses) != {200}:
-        raise RuntimeError(f"unexpected statuses {sorted(set(statuses))} for {raw[:60]!r}")
+        raise RuntimeError(f"unexpected statuses {sorted(set(statuses))} for {raws[0][:60]!r}")
     return len(statuses) / elapsed
 
 
-def rate(port: int, raw: bytes, requests: int, connections: int) -> float:
-    """Requests per second over ``requests`` keep-alive requests spread on ``connections`` connections."""
-    return asyncio.run(_load(port, raw, requests, connections))
+def rate(port: int, raws: Sequence[bytes], connections: int) -> float:
+    """Requests per second over the keep-alive requests ``raws``, spread on ``connections`` connections."""
+    return asyncio.run(_load(port, raws, connections))
+
+
+class Bodies:
+    """The request bytes of one endpoint on one side: the same bytes every time, or (``fresh``) bytes no earlier
+    request of the run sent, the config's ``_name_or_path`` numbered (same size, same answer)."""
+
+    def __init__(self, method: str, path: str, body: object, fresh: bool) -> None:
+        self.method, self.path, self.body, self.fresh = method, path, body, fresh
+        self.sent = 0
+
+    def take(self, count: int) -> list[bytes]:
+        if not self.fresh:
+            return [request_bytes(self.method, self.path, self.body)] * count
+        assert isinstance(self.body, dict)
+        numbered = [
+            {**self.body, "config": {**self.body["config"], "_name_or_path": f"bench/config-{self.sent + k:08d}"}}
+            for k in range(count)
+        ]
+        self.sent += count
+        return [request_bytes(self.method, self.path, body) for body in numbered]
 
 
 async def _one(port: int, raw: bytes) -> tuple[dict, bytes]:
@@ -201,19 +227,19 @@ async def _server_times(port: int, raw: bytes, count: int) -> list[float]:
 SIDES = ("echo", "floor", "ropeserve")
 
 
-def capture_answers(port: int, answers_dir: Path) -> dict[str, tuple[dict[str, bytes], int]]:
-    """Ropeserve's answers (stored for the bare app), and per endpoint the request bytes of each side."""
-    requests: dict[str, tuple[dict[str, bytes], int]] = {}
+def capture_answers(port: int, answers_dir: Path) -> dict[str, tuple[dict[str, Bodies], int]]:
+    """Ropeserve's answers (stored for the bare app), and per endpoint the request bodies of each side."""
+    requests: dict[str, tuple[dict[str, Bodies], int]] = {}
     for index, (name, (method, path, body)) in enumerate(ENDPOINTS.items()):
-        raw = request_bytes(method, path, body)
-        _, answer = asyncio.run(_one(port, raw))
+        fresh = name in FRESH_BODIES
+        _, answer = asyncio.run(_one(port, Bodies(method, path, body, fresh).take(1)[0]))
         (answers_dir / str(index)).write_bytes(answer)
         bare = {
             side: path if method == "GET" else f"/{route}/{index}"
             for side, route in (("echo", "echo"), ("floor", "stored"))
         }
-        sides = {side: request_bytes(method, bare[side], body) for side in ("echo", "floor")}
-        requests[name] = ({**sides, "ropeserve": raw}, len(answer))
+        sides = {side: Bodies(method, bare[side], body, fresh) for side in ("echo", "floor")}
+        requests[name] = ({**sides, "ropeserve": Bodies(method, path, body, fresh)}, len(answer))
     return requests
 
 
@@ -269,9 +295,9 @@ def main() -> None:
                 if args.only and args.only not in name:
                     continue
                 for side in SIDES:  # warm every route
-                    rate(ports[side], raws[side], 50, 4)
+                    rate(ports[side], raws[side].take(50), 4)
                 rounds = [
-                    {side: rate(ports[side], raws[side], args.requests, args.connections) for side in SIDES}
+                    {side: rate(ports[side], raws[side].take(args.requests), args.connections) for side in SIDES}
                     for _ in range(args.rounds)
                 ]
                 echo = [r["ropeserve"] / r["echo"] for r in rounds]
@@ -282,7 +308,7 @@ def main() -> None:
                     f"{medians['ropeserve']:10.0f} {statistics.median(echo):7.0%} "
                     f"{min(echo):4.0%}-{max(echo):.0%} {statistics.median(floor):8.0%}"
                 )
-        cos_sin = requests["cos/sin 16 x 128"][0]["ropeserve"]
+        cos_sin = requests["cos/sin 16 x 128"][0]["ropeserve"].take(1)[0]
         times = asyncio.run(_server_times(ours, cos_sin, 300))[50:]
         print(
             f"\nserver time of a 16-position cos/sin (x-total-time, sequential): median "
