@@ -6,6 +6,7 @@ import json
 import socket
 import statistics
 import struct
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable
@@ -165,6 +166,24 @@ def slow_json_exchange(port: int, path: str, body: object, *, leave: bool = Fals
     status, _, rest = b"".join(chunks).partition(b"\r\n")
     assert b" 200 " in status, status + rest[:300]
     return rest.split(b"\r\n\r\n", 1)[1]
+
+
+def run_concurrently(runs: Iterable[tuple[Callable[[int], None], int]], failures: list[str]) -> None:
+    """Each ``(run, seed)`` in a thread of its own, all at once; an exception a run raises is appended to ``failures``
+    (``run``'s name and seed first). Asserts that every thread ended within two minutes."""
+
+    def reporting(run: Callable[[int], None], seed: int) -> None:
+        try:
+            run(seed)
+        except Exception as error:  # noqa: BLE001 - a thread's failure is reported by the test
+            failures.append(f"{run.__name__} {seed}: {error!r}")
+
+    threads = [threading.Thread(target=reporting, args=run) for run in runs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not any(thread.is_alive() for thread in threads)
 
 
 def read_status(sock: socket.socket) -> int:

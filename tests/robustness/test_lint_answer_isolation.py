@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import json
 import random
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from served import Served, serving
 
 from ropeserve.api.fast_json import encode_json
 from ropeserve.lint import validate_config_request
-from support import metric_total, slow_json_exchange
+from support import metric_total, run_concurrently, slow_json_exchange
 
 CONFIG = json.loads((Path(__file__).parents[1] / "fixtures" / "configs" / "Qwen__Qwen2.5-7B-Instruct.json").read_text())
 CACHE_BYTES = 160 * 1024
@@ -71,19 +70,9 @@ def test_concurrent_lint_requests_get_their_own_report_while_the_cache_churns(se
         for body in bodies(50 + seed):
             slow_json_exchange(served.port, path, body, leave=True)
 
-    def reporting(run: Callable[[int], None], seed: int) -> None:
-        try:
-            run(seed)
-        except Exception as error:  # noqa: BLE001 - a thread's failure is reported by the test
-            failures.append(f"{run.__name__} {seed}: {error!r}")
-
-    threads = [threading.Thread(target=reporting, args=(client, seed)) for seed in range(CLIENTS)]
-    threads += [threading.Thread(target=reporting, args=(leaver, seed)) for seed in range(LEAVERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert not any(thread.is_alive() for thread in threads)
+    run_concurrently(
+        [(client, seed) for seed in range(CLIENTS)] + [(leaver, seed) for seed in range(LEAVERS)], failures
+    )
     assert not failures, failures[:5]
     cache = served.runtime.lint_answers
     assert 0 < cache.nbytes <= CACHE_BYTES

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,7 +27,7 @@ from positions_oracle import MINICPM_MARKERS, hf_glm_image, hf_hunyuan, hf_minic
 from served import Served, serving
 
 from ropeserve.positions import _patterns
-from support import slow_json_exchange
+from support import run_concurrently, slow_json_exchange
 
 Case = tuple[dict[str, Any], dict[str, torch.Tensor]]
 """(request body, expected answer fields)."""
@@ -195,18 +194,8 @@ def test_concurrent_requests_get_their_own_positions_while_the_cache_churns(serv
         for body, _ in cases(100 + seed):
             exchange(served.port, body, leave=True)
 
-    def reporting(run: Callable[[int], None], seed: int) -> None:
-        try:
-            run(seed)
-        except Exception as error:  # noqa: BLE001 - a thread's failure is reported by the test
-            failures.append(f"{run.__name__} {seed}: {error!r}")
-
-    threads = [threading.Thread(target=reporting, args=(client, seed)) for seed in range(CLIENTS)]
-    threads += [threading.Thread(target=reporting, args=(leaver, seed)) for seed in range(LEAVERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert not any(thread.is_alive() for thread in threads)
+    run_concurrently(
+        [(client, seed) for seed in range(CLIENTS)] + [(leaver, seed) for seed in range(LEAVERS)], failures
+    )
     assert not failures, failures[:5]
     assert 0 < _patterns.PATTERNS.nbytes <= 64 * 1024
