@@ -232,14 +232,15 @@ def capture_answers(port: int, answers_dir: Path) -> dict[str, tuple[dict[str, B
     requests: dict[str, tuple[dict[str, Bodies], int]] = {}
     for index, (name, (method, path, body)) in enumerate(ENDPOINTS.items()):
         fresh = name in FRESH_BODIES
-        _, answer = asyncio.run(_one(port, Bodies(method, path, body, fresh).take(1)[0]))
+        ours = Bodies(method, path, body, fresh)
+        _, answer = asyncio.run(_one(port, ours.take(1)[0]))
         (answers_dir / str(index)).write_bytes(answer)
         bare = {
             side: path if method == "GET" else f"/{route}/{index}"
             for side, route in (("echo", "echo"), ("floor", "stored"))
         }
         sides = {side: Bodies(method, bare[side], body, fresh) for side in ("echo", "floor")}
-        requests[name] = ({**sides, "ropeserve": Bodies(method, path, body, fresh)}, len(answer))
+        requests[name] = ({**sides, "ropeserve": ours}, len(answer))
     return requests
 
 
