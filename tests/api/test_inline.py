@@ -86,3 +86,25 @@ def test_an_inline_cos_sin_answers_while_another_thread_grows_its_table() -> Non
         cached = client.post("/v1/rope/cos-sin", json={"rope": rope, "positions": [0, 500, 7]}).json()
         assert table.rows[0].shape[0] == 512  # grown by the second request, once the lock was free
         assert inline.json()["cos"] == cached["cos"] and inline.json()["sin"] == cached["sin"]
+
+
+def test_run_inline_restores_the_thread_count_and_the_growth_wait_when_the_work_raises() -> None:
+    """``serial_torch`` and ``without_growth_wait`` (classes entered per inline call) undo their setting on the way
+    out, also when the work raises, and nest."""
+    import torch
+
+    from ropeserve.api.inline import run_inline
+    from ropeserve.kernels.threads import serial_torch
+    from ropeserve.rope.tables import _WAIT_FOR_GROWTH
+
+    threads = torch.get_num_threads()
+
+    def fails() -> None:
+        assert not _WAIT_FOR_GROWTH.get()
+        with serial_torch():
+            assert torch.get_num_threads() in (1, threads)
+        raise ValueError("work failed")
+
+    with pytest.raises(ValueError, match="work failed"):
+        run_inline(fails)
+    assert _WAIT_FOR_GROWTH.get() and torch.get_num_threads() == threads

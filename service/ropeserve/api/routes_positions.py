@@ -36,7 +36,7 @@ from ropeserve.positions import (
     INT64_MAX,
     MAX_TOKENS_PER_SECOND,
     decode_positions,
-    mrope_decode_positions,
+    mrope_decode_array,
     mrope_positions_from_tokens,
     packed_positions,
     positions_from_attention_mask,
@@ -487,12 +487,13 @@ class MRopeDecodeRequest(StrictModel):
 )
 async def mrope_decode(body: MRopeDecodeRequest, request: Request, runtime: RuntimeDep) -> Response:
     bound = 3 * max(len(body.cache_lengths), 1) * body.num_new
-    return await run_sized(bound, lambda: _mrope_decode(body, request, runtime))
+    return await run_sized(bound, lambda: _mrope_decode(body, request, runtime), uses_torch=False)
 
 
 def _mrope_decode(body: MRopeDecodeRequest, request: Request, runtime: Runtime) -> Response:
+    """Numpy only (``mrope_decode_array``): inline without ``run_inline``'s torch guards."""
     check_decode_size(body.cache_lengths, body.num_new, runtime.settings.max_positions)
-    ids = mrope_decode_positions(body.mrope_position_deltas, body.cache_lengths, body.num_new)
+    ids = mrope_decode_array(body.mrope_position_deltas, body.cache_lengths, body.num_new)
     meta = {"shape": list(ids.shape)}
     return tensor_response(request, {"position_ids": ids}, meta, runtime.settings.json_response_max_elements)
 

@@ -13,12 +13,11 @@ the thread count per thread), so the loop never waits on a team while worker thr
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import itertools
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -73,20 +72,24 @@ def _openmp_runtime() -> ctypes.CDLL | None:
     return None
 
 
-@contextlib.contextmanager
-def serial_torch() -> Iterator[None]:
+class serial_torch:  # noqa: N801 - used as the context manager function it replaced
     """Within the block, torch's intra-op parallel regions opened from the calling thread run on that thread
     alone (other threads keep their count); the count is restored after. For short synchronous work only: a
-    block must not await (another task would run with the serial count). A no-op without OpenMP."""
-    threads = torch.get_num_threads()  # torch sets a thread's count on its first use: do it first
-    if _OPENMP is None or threads == 1:
-        yield
-        return
-    _OPENMP.omp_set_num_threads(1)
-    try:
-        yield
-    finally:
-        _OPENMP.omp_set_num_threads(threads)
+    block must not await (another task would run with the serial count). A no-op without OpenMP.
+
+    A class, not a ``contextlib.contextmanager`` generator: every small request on the event loop enters it
+    (``api.inline.run_inline``, with ``without_growth_wait``: 2.9 us per call as generators, 1.3 us as classes)."""
+
+    __slots__ = ("threads",)
+
+    def __enter__(self) -> None:
+        self.threads = torch.get_num_threads()  # torch sets a thread's count on its first use: do it first
+        if _OPENMP is not None and self.threads != 1:
+            _OPENMP.omp_set_num_threads(1)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if _OPENMP is not None and self.threads != 1:
+            _OPENMP.omp_set_num_threads(self.threads)
 
 
 _OPENMP = _openmp_runtime()

@@ -204,8 +204,9 @@ Ints = torch.Tensor | np.ndarray
 
 def first_true(mask: Ints) -> int | None:
     """Flat index of the first true element of a bool tensor or array, None when there is none."""
-    if isinstance(mask, np.ndarray):
-        return int(mask.argmax(axis=None)) if mask.any() else None
+    if isinstance(mask, np.ndarray):  # argmax is the first true one, if any (0.2 us; ``any()`` costs 1 us)
+        index = int(mask.argmax(axis=None)) if mask.size else 0
+        return index if mask.size and mask.flat[index] else None
     if not bool(mask.any()):
         return None
     return int(mask.reshape(-1).nonzero()[0, 0])

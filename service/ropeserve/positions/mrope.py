@@ -58,6 +58,7 @@ __all__ = [
     "TEXT_TOKEN",
     "VIDEO_TOKEN",
     "MRopePositions",
+    "mrope_decode_array",
     "mrope_decode_positions",
     "mrope_positions_from_tokens",
     "slice_prefill_positions",
@@ -579,8 +580,20 @@ def mrope_decode_positions(
     Row ``b`` gets ``cache_lengths[b] + mrope_position_deltas[b] + arange(num_new)`` (vLLM's
     ``get_next_input_positions``; transformers' forward with a cache). ``cache_lengths`` counts the real tokens
     already processed (prompt without padding, plus generated tokens); ``num_new > 1`` covers speculative
-    decoding. Deltas may be ``[B, 1]``, ``[B]`` or one int.
+    decoding. Deltas may be ``[B, 1]``, ``[B]`` or one int. On the deltas' device (a CPU tensor shares the memory
+    of :func:`mrope_decode_array`'s answer).
     """
+    positions = mrope_decode_array(mrope_position_deltas, cache_lengths, num_new)
+    return tensor_on(positions, device_of(mrope_position_deltas))
+
+
+def mrope_decode_array(
+    mrope_position_deltas: IntsLike | int,
+    cache_lengths: IntsLike | int,
+    num_new: int = 1,
+) -> np.ndarray:
+    """:func:`mrope_decode_positions` as a new ``[3, B, num_new]`` int64 numpy array (the JSON answer needs no
+    tensor), with the same checks in the same order."""
     count = require_int(num_new, "num_new", minimum=1)
     delta_input = [mrope_position_deltas] if isinstance(mrope_position_deltas, int) else mrope_position_deltas
     deltas = as_long_array(delta_input, "mrope_position_deltas").reshape(-1)
@@ -595,9 +608,8 @@ def mrope_decode_positions(
             "the cache length must count the whole prompt",
             field=f"rows[{row}]",
         )
-    positions = first[:, None] + np.arange(count)
-    repeated = np.repeat(positions[None], 3, axis=0)  # a new array, also for an empty batch
-    return tensor_on(repeated, device_of(mrope_position_deltas))
+    positions: np.ndarray = first[:, None] + np.arange(count)  # numpy types this Any
+    return positions[None].repeat(3, axis=0)  # a new array, also for an empty batch
 
 
 PositionsT = TypeVar("PositionsT", torch.Tensor, np.ndarray)

@@ -7,10 +7,9 @@ same elementwise computation, so gathering rows is bit-identical to computing th
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
@@ -35,16 +34,18 @@ MAX_POSITION = 2**31 - 1
 _WAIT_FOR_GROWTH: ContextVar[bool] = ContextVar("ropeserve_wait_for_growth", default=True)
 
 
-@contextlib.contextmanager
-def without_growth_wait() -> Iterator[None]:
+class without_growth_wait:  # noqa: N801 - used as the context manager function it replaced
     """Within the block (work on the event loop), a table that another thread is growing is not waited for: the
     positions asked are computed directly instead (the same values). The growth may be large (up to the table's
-    byte cap), and the event loop must not wait for it."""
-    token = _WAIT_FOR_GROWTH.set(False)
-    try:
-        yield
-    finally:
-        _WAIT_FOR_GROWTH.reset(token)
+    byte cap), and the event loop must not wait for it. (A class: cheaper to enter than a generator.)"""
+
+    __slots__ = ("token",)
+
+    def __enter__(self) -> None:
+        self.token = _WAIT_FOR_GROWTH.set(False)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _WAIT_FOR_GROWTH.reset(self.token)
 
 
 def effective_length(params: RopeParams, max_position: int, seq_len_cached: int | None = None) -> int | None:
