@@ -129,13 +129,12 @@ class LintContext:
         main = self.model.computable_main
         if main is None:
             return []
-        rows = []
-        for target in self.intent.engines:
-            served = self.served(target.name)
-            if served:
-                error = self.table_error_of(main, served - 1, self.intent.phase_dtype, self.table_dtype(target.name))
-                rows.append(NumericsRow(target.name, error))
-        return rows
+        phase = self.intent.phase_dtype
+        return [
+            NumericsRow(name, self.table_error_of(main, served - 1, phase, self.table_dtype(name)))
+            for name, served in self._served.items()  # every target, in the intent's order
+            if served
+        ]
 
     @lazy
     def float32_reference(self) -> TableError | None:

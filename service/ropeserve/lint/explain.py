@@ -20,7 +20,7 @@ from ropeserve.config import RopeParams
 from ropeserve.config.rope_types import Ramp, spectrum
 from ropeserve.errors import InvalidInput
 from ropeserve.lint.engines import position_capacity
-from ropeserve.lint.intent import DeploymentIntent
+from ropeserve.lint.intent import DEFAULT_INTENT, DeploymentIntent
 from ropeserve.lint.model import ModelView, check_computable
 
 TWO_PI = 2 * math.pi
@@ -101,7 +101,7 @@ def explain(
     config: Mapping[str, Any], intent: DeploymentIntent | None = None, *, layer_type: str | None = None
 ) -> ExplainReport:
     """The spectrum of ``config``'s RoPE layer ``layer_type`` (default: full attention) for ``intent``."""
-    intent = intent or DeploymentIntent()
+    intent = intent or DEFAULT_INTENT
     view = ModelView.build(config, intent.rope_override)
     if view.error is not None:
         raise view.error

@@ -133,7 +133,7 @@ class DeploymentIntent:
     def from_mapping(cls, data: Mapping[str, Any] | None, pointer: str = "/intent") -> DeploymentIntent:
         """Build an intent from a JSON-able dict (the HTTP and ``--intent`` form); InvalidInput names the field."""
         if data is None:
-            return cls()
+            return DEFAULT_INTENT
         if not is_json_object(data):
             raise InvalidInput("intent must be a JSON object", field=pointer)
         check_json_numbers(data, pointer)
@@ -180,6 +180,9 @@ class DeploymentIntent:
             "positions": {name: getattr(self.positions, name) for name in PositionPlan.CHOICES},
         }
 
+
+DEFAULT_INTENT = DeploymentIntent()
+"""The intent of a request that gives none (built once: every field default, nothing asked)."""
 
 INTENT_KEYS = frozenset(f.name for f in fields(DeploymentIntent) if f.name != "engines_asked") | set(LENGTH_KEYS)
 """The keys an intent object may hold."""

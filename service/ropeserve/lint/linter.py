@@ -14,7 +14,7 @@ from ropeserve.config.jsonsafe import check_json_numbers
 from ropeserve.lint.context import LintContext
 from ropeserve.lint.engines import ENGINE_SOURCES
 from ropeserve.lint.findings import RULES, Finding, Hit, Rule
-from ropeserve.lint.intent import DeploymentIntent
+from ropeserve.lint.intent import DEFAULT_INTENT, DeploymentIntent
 from ropeserve.lint.report import LintReport
 
 
@@ -36,7 +36,7 @@ def lint_config(
     for name, document in documents.items():
         if document is not None:
             check_json_numbers(document, f"/{name}")
-    context = LintContext.build(config, intent or DeploymentIntent(), tokenizer_config, draft_config)
+    context = LintContext.build(config, intent or DEFAULT_INTENT, tokenizer_config, draft_config)
     findings = default_target_severity(
         [Finding(rule, _sourced(rule, hit)) for rule in RULES.values() for hit in rule.check(context)], context.intent
     )

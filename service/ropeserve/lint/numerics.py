@@ -23,8 +23,9 @@ import functools
 import math
 import struct
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from ropeserve.config import RopeParams
 from ropeserve.config.rope_types import Spectrum, rotated_width, spectrum
@@ -124,34 +125,67 @@ def float32_frequencies(params: RopeParams, seq_len: int | None) -> tuple[Spectr
     return exact, float32_all(scaled32)
 
 
-@functools.lru_cache(maxsize=1024)
-def table_error(params: RopeParams, position: int, phase_dtype: str, table_dtype: str) -> TableError:
-    """Max abs cos/sin error at ``position`` (frequencies as at sequence length ``position + 1``).
+WAVES: tuple[Callable[[float], float], ...] = (math.cos, math.sin)
 
-    Pure and about 60 us in Python (each rounding step converts the whole list at once), asked for up to three
-    times per lint: cached (bounded), so a pipeline that lints the same model again pays nothing."""
+
+@dataclass(frozen=True)
+class PhaseWaves:
+    """cos and sin at ``position`` with phases in ``phase_dtype``, times the attention factor, before any table
+    rounding (``emulated``; None when an angle overflows the phase dtype) next to the exact ones: what the errors
+    of every table dtype at that position share (steps 1-2 of the model and the waves of step 3)."""
+
+    position: int
+    phase_dtype: str
+    emulated: tuple[list[float], ...] | None
+    exact: tuple[list[float], ...]
+    """The exact cos and sin (empty when ``emulated`` is None)."""
+
+    def error(self, table_dtype: str) -> TableError:
+        """The max abs cos/sin error of tables in ``table_dtype`` (step 3)."""
+        if self.emulated is None:
+            return TableError(self.position, self.phase_dtype, table_dtype, math.inf, math.inf)
+        to_table = ROUNDERS[table_dtype]
+        cos_error, sin_error = (
+            _max_error(to_table(wave), exact) for wave, exact in zip(self.emulated, self.exact, strict=True)
+        )
+        return TableError(self.position, self.phase_dtype, table_dtype, cos_error, sin_error)
+
+
+def phase_waves(params: RopeParams, position: int, phase_dtype: str) -> PhaseWaves:
+    """The ``PhaseWaves`` of ``params`` at ``position`` (frequencies as at sequence length ``position + 1``)."""
     exact, emulated = float32_frequencies(params, position + 1)
-    to_phase, to_table = ROUNDERS[phase_dtype], ROUNDERS[table_dtype]
+    to_phase = ROUNDERS[phase_dtype]
     scale, count = exact.attention_factor, min(len(exact.scaled), len(emulated))
     start = to_phase([float(position)])[0]
     rounded = to_phase([start * inv32 for inv32 in to_phase(emulated[:count])])
     if not all(map(math.isfinite, rounded)):
-        return TableError(position, phase_dtype, table_dtype, math.inf, math.inf)
+        return PhaseWaves(position, phase_dtype, None, ())
     angles = [position * inv64 for inv64 in exact.scaled[:count]]
-    cos_error, sin_error = (_max_error(wave, rounded, angles, scale, to_table) for wave in (math.cos, math.sin))
-    return TableError(position, phase_dtype, table_dtype, cos_error, sin_error)
+    emulated_waves = tuple([value * scale for value in map(wave, rounded)] for wave in WAVES)
+    exact_waves = tuple([value * scale for value in map(wave, angles)] for wave in WAVES)
+    return PhaseWaves(position, phase_dtype, emulated_waves, exact_waves)
 
 
-def _max_error(
-    wave: Callable[[float], float],
-    rounded: list[float],
-    angles: list[float],
-    scale: float,
-    to_table: Callable[[list[float]], list[float]],
-) -> float:
-    """``max |to_table(wave(rounded) * scale) - wave(angle) * scale|`` over the frequencies (0.0 for none)."""
-    table = to_table([value * scale for value in map(wave, rounded)])
-    exact = [value * scale for value in map(wave, angles)]
+@functools.lru_cache(maxsize=1024)
+def table_errors(params: RopeParams, position: int, phase_dtype: str) -> Mapping[str, TableError]:
+    """Table dtype -> max abs cos/sin error at ``position``, for every dtype of ``ROUNDERS``.
+
+    Pure and about 60 us in Python for the frequencies and angles every table dtype shares, plus about 10 us
+    per table dtype (each rounding step converts the whole list at once); a lint asks for two table dtypes (the
+    model's and llama.cpp's float32) at one position: computed together and cached (bounded), so a pipeline
+    that lints the same model again pays nothing."""
+    waves = phase_waves(params, position, phase_dtype)
+    return MappingProxyType({dtype: waves.error(dtype) for dtype in ROUNDERS})
+
+
+def table_error(params: RopeParams, position: int, phase_dtype: str, table_dtype: str) -> TableError:
+    """Max abs cos/sin error at ``position`` of ``table_dtype`` tables with ``phase_dtype`` phases (cached with
+    the other table dtypes' by ``table_errors``)."""
+    return table_errors(params, position, phase_dtype)[table_dtype]
+
+
+def _max_error(table: list[float], exact: list[float]) -> float:
+    """``max |table - exact|`` over the frequencies (0.0 for none)."""
     return max([0.0, *(abs(t - e) for t, e in zip(table, exact, strict=True))])
 
 

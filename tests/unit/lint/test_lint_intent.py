@@ -5,13 +5,19 @@ from __future__ import annotations
 import pytest
 
 from ropeserve.errors import InvalidInput
-from ropeserve.lint.intent import ENGINES, DeploymentIntent, EngineTarget
+from ropeserve.lint.intent import DEFAULT_INTENT, ENGINES, DeploymentIntent, EngineTarget
 
 
 def test_defaults_target_every_engine() -> None:
     intent = DeploymentIntent.from_mapping(None)
     assert [t.name for t in intent.engines] == list(ENGINES)
     assert intent.max_model_len is None and intent.phase_dtype == "float32"
+
+
+def test_no_intent_is_the_shared_default() -> None:
+    """A request without an intent gets the one prebuilt default, equal to a fresh ``DeploymentIntent()``."""
+    assert DeploymentIntent.from_mapping(None) is DEFAULT_INTENT
+    assert DeploymentIntent() == DEFAULT_INTENT and DeploymentIntent.from_mapping({}) == DEFAULT_INTENT
 
 
 def test_full_intent() -> None:

@@ -11,10 +11,12 @@ from ropeserve.config import from_explicit
 from ropeserve.lint.numerics import (
     ROUNDERS,
     float32_frequencies,
+    phase_waves,
     round_bfloat16,
     round_float16,
     round_float32,
     table_error,
+    table_errors,
 )
 
 torch = pytest.importorskip("torch")
@@ -75,3 +77,21 @@ def test_bf16_table_error_is_bounded_by_half_an_ulp_near_one() -> None:
     params = from_explicit({"rope_theta": 1e4, "head_dim": 8})
     error = table_error(params, 1, "float32", "bfloat16")
     assert error.worst <= 2**-9 + 1e-6
+
+
+def test_table_errors_share_one_phase_computation_per_position() -> None:
+    """Every table dtype's error at one position comes from one ``phase_waves``, equal to its own ``error``."""
+    params = from_explicit({"rope_theta": 1e6, "head_dim": 128})
+    errors = table_errors(params, 32767, "float32")
+    assert set(errors) == set(ROUNDERS)
+    waves = phase_waves(params, 32767, "float32")
+    for dtype, error in errors.items():
+        assert error == waves.error(dtype) == table_error(params, 32767, "float32", dtype)
+        assert (error.position, error.phase_dtype, error.table_dtype) == (32767, "float32", dtype)
+
+
+def test_overflowing_phases_give_infinite_errors_for_every_table_dtype() -> None:
+    params = from_explicit({"rope_theta": 5e5, "head_dim": 128})
+    waves = phase_waves(params, 100_000, "float16")
+    assert waves.emulated is None and waves.exact == ()
+    assert all(error.cos == error.sin == math.inf for error in table_errors(params, 100_000, "float16").values())

@@ -266,3 +266,13 @@ def test_vllm_findings_cite_a_vllm_source() -> None:
         if finding.hit.engine == "vllm" and not finding.reference.startswith("https://github.com/vllm-project/vllm/")
     }
     assert uncited <= VLLM_SOURCE_PENDING, sorted(uncited - VLLM_SOURCE_PENDING)
+
+
+def test_table_dtype_error_groups_engines_by_position() -> None:
+    """RS702 names each (position, table dtype) once, with every engine whose table it is, in target order."""
+    (same,) = [f for f in side(QWEN).report().findings if f.rule.id == "RS702"]
+    assert same.hit.message.endswith("transformers, vllm, sglang, tgi: 0.0023 at position 32,767")
+    (split,) = [f for f in side(PHI3).report().findings if f.rule.id == "RS702"]
+    assert split.hit.message.endswith(
+        "transformers, sglang, tgi: 0.0041 at position 131,071; vllm: 0.0038 at position 4,095"
+    )

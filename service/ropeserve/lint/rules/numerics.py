@@ -48,14 +48,15 @@ def low_precision_phases(ctx: LintContext) -> Iterator[Hit]:
     catalogue="NUM-002",
 )
 def table_dtype_error(ctx: LintContext) -> Iterator[Hit]:
-    groups: dict[TableError, list[str]] = {}
+    groups: dict[tuple[int, str], tuple[TableError, list[str]]] = {}
     for row in ctx.numerics:
-        if row.error.table_dtype in LOW_PRECISION:
-            groups.setdefault(row.error, []).append(row.engine)
+        error = row.error
+        if error.table_dtype in LOW_PRECISION:  # the rows share one phase dtype: (position, table dtype) is the key
+            groups.setdefault((error.position, error.table_dtype), (error, []))[1].append(row.engine)
     if not groups:
         return
     summary = "; ".join(
-        f"{', '.join(engines)}: {error.worst:.2g} at position {error.position:,}" for error, engines in groups.items()
+        f"{', '.join(engines)}: {error.worst:.2g} at position {error.position:,}" for error, engines in groups.values()
     )
     message = f"cos/sin cast to the model dtype ({ctx.dtype}, from {ctx.dtype_source}): {summary}"
     fix = "Nothing to do for serving; for differential tests compare against float32 tables with this tolerance."
