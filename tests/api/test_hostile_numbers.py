@@ -235,6 +235,10 @@ JSON_CASES: dict[str, tuple[str, dict[str, Any]]] = {
             "draft_config": SMALL_LLAMA,
         },
     ),
+    "lint M-RoPE override": (
+        "/v1/config/validate",
+        {"config": QWEN_VL, "intent": {"engines": ["vllm", "sglang"], "rope_override": YARN}},
+    ),
     "lint video": (
         "/v1/config/validate",
         {"config": QWEN_VL, "intent": {"video_fps": 4.0, "max_video_seconds": 600, "context_length": 32768}},

@@ -7,8 +7,10 @@ changes the yarn-alias handling of step 5; re-read it against the version you pi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from ropeserve.config import RopeParams
@@ -269,8 +271,13 @@ LENGTH_CEILING = INT64_MAX + 1
 
 
 def scaled_length(length: float, factor: float) -> int:
-    """``int(length * factor)``, saturating at LENGTH_CEILING."""
-    return int(min(length * factor, LENGTH_CEILING))
+    """``int(length * factor)`` (``factor`` > 0), saturating at LENGTH_CEILING. An integer length past the float
+    range (``4 * int(1e308)``: vLLM's M-RoPE cache rows of a 1e308 length) is scaled exactly, as a fraction."""
+    try:
+        product: float | Fraction = length * factor
+    except OverflowError:
+        product = Fraction(length) * Fraction(factor) if math.isfinite(factor) else math.inf
+    return int(min(product, LENGTH_CEILING))
 
 
 def length_value(view: ModelView, key: str) -> int | None:

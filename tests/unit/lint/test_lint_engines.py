@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
+from fractions import Fraction
 
 import pytest
 from lint_helpers import LINT_FIXTURES, build_config, lint
 
-from ropeserve.lint.engines import SUPPORT, support
+from ropeserve.lint.engines import LENGTH_CEILING, SUPPORT, scaled_length, support
 from ropeserve.lint.intent import ENGINES, EngineTarget
 
 WORKED_TABLE = json.loads((LINT_FIXTURES / "worked_table.json").read_text(encoding="utf-8"))["rows"]
@@ -87,3 +89,17 @@ def test_version_gated_support(target: str, refused: bool) -> None:
 def test_unknown_rope_type_is_refused_everywhere() -> None:
     for engine in ENGINES:
         assert support("telechat3-yarn", engine).level == "N"
+
+
+@pytest.mark.parametrize(
+    ("length", "factor", "expected"),
+    [
+        (32768, 4.0, 131072),
+        (4 * int(1e308), 4.0, LENGTH_CEILING),  # an int past the float range: no OverflowError
+        (4 * int(1e308), 1e-300, int(Fraction(4 * int(1e308)) * Fraction(1e-300))),  # exact, not saturated
+        (4 * int(1e308), math.inf, LENGTH_CEILING),
+        (1e308, 1e308, LENGTH_CEILING),
+    ],
+)
+def test_scaled_length_saturates_without_overflow(length: float, factor: float, expected: int) -> None:
+    assert scaled_length(length, factor) == expected
