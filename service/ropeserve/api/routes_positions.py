@@ -35,10 +35,10 @@ from ropeserve.positions import (
     DEFAULT_COMPAT,
     INT64_MAX,
     MAX_TOKENS_PER_SECOND,
-    decode_positions,
+    decode_position_array,
     mrope_decode_array,
     mrope_positions_from_tokens,
-    packed_positions,
+    packed_position_array,
     positions_from_attention_mask,
     segment_layout,
     slice_prefill_positions,
@@ -86,7 +86,9 @@ class PositionsRequest(StrictModel):
         return self
 
 
-def _positions_1d(body: PositionsRequest, limit: int) -> tuple[str, torch.Tensor]:
+def _positions_1d(body: PositionsRequest, limit: int) -> tuple[str, torch.Tensor | np.ndarray]:
+    """The mode and its positions: a tensor for an attention mask (torch), else a numpy array (packed and decode
+    positions are computed in numpy: the answer needs no tensor)."""
     if body.attention_mask is not None:
         check_limit(sum(len(row) for row in body.attention_mask), limit, "positions", "attention_mask")
         return "attention_mask", positions_from_attention_mask(
@@ -94,8 +96,8 @@ def _positions_1d(body: PositionsRequest, limit: int) -> tuple[str, torch.Tensor
         )
     if body.cache_lengths is not None:
         check_decode_size(body.cache_lengths, body.num_new, limit)
-        return "decode", decode_positions(body.cache_lengths, body.num_new)
-    positions = packed_positions(
+        return "decode", decode_position_array(body.cache_lengths, body.num_new)
+    positions = packed_position_array(
         segment_lengths=body.segment_lengths,
         cu_seqlens=body.cu_seqlens,
         past_lengths=body.past_lengths,
@@ -113,7 +115,8 @@ def _positions_1d(body: PositionsRequest, limit: int) -> tuple[str, torch.Tensor
     response_class=Response,
 )
 async def positions(body: PositionsRequest, request: Request, runtime: RuntimeDep) -> Response:
-    return await run_sized(_positions_bound(body), lambda: _positions(body, request, runtime))
+    uses_torch = body.attention_mask is not None  # the other modes run in numpy (``_positions_1d``)
+    return await run_sized(_positions_bound(body), lambda: _positions(body, request, runtime), uses_torch=uses_torch)
 
 
 def _positions_bound(body: PositionsRequest) -> int:

@@ -54,7 +54,13 @@ from ropeserve.positions.segments import (
     mrope_segments_from_tokens,
     segment_layout,
 )
-from ropeserve.positions.text import decode_positions, packed_positions, positions_from_attention_mask
+from ropeserve.positions.text import (
+    decode_position_array,
+    decode_positions,
+    packed_position_array,
+    packed_positions,
+    positions_from_attention_mask,
+)
 from ropeserve.positions.vision import vision_position_ids
 
 __all__ = [
@@ -81,6 +87,7 @@ __all__ = [
     "TemporalRule",
     "TextSegment",
     "VideoSegment",
+    "decode_position_array",
     "decode_positions",
     "get_mrope_family",
     "mrope_decode_array",
@@ -89,6 +96,7 @@ __all__ = [
     "segment_layout",
     "mrope_positions_from_tokens",
     "mrope_segments_from_tokens",
+    "packed_position_array",
     "packed_positions",
     "positions_from_attention_mask",
     "slice_prefill_positions",

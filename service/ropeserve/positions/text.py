@@ -28,7 +28,13 @@ from ropeserve.positions._common import (
     tensor_on,
 )
 
-__all__ = ["decode_positions", "packed_positions", "positions_from_attention_mask"]
+__all__ = [
+    "decode_position_array",
+    "decode_positions",
+    "packed_position_array",
+    "packed_positions",
+    "positions_from_attention_mask",
+]
 
 
 def positions_from_attention_mask(
@@ -74,6 +80,28 @@ def packed_positions(
         total_length: buffer length ``N`` (default: the sum of the lengths); trailing slots hold ``fill_value``.
         max_tokens: optional limit on ``N`` (raises ``LimitExceeded`` before allocating).
     """
+    positions = packed_position_array(
+        segment_lengths=segment_lengths,
+        cu_seqlens=cu_seqlens,
+        past_lengths=past_lengths,
+        total_length=total_length,
+        fill_value=fill_value,
+        max_tokens=max_tokens,
+    )
+    return tensor_on(positions, device_of(segment_lengths, cu_seqlens))
+
+
+def packed_position_array(
+    *,
+    segment_lengths: IntsLike | None = None,
+    cu_seqlens: IntsLike | None = None,
+    past_lengths: IntsLike | int | None = None,
+    total_length: int | None = None,
+    fill_value: int = PAD_POSITION,
+    max_tokens: int | None = None,
+) -> np.ndarray:
+    """:func:`packed_positions` as a new ``[N]`` int64 numpy array (a JSON answer needs no tensor), with the same
+    checks in the same order."""
     lengths, field = _segment_lengths(segment_lengths, cu_seqlens)
     past = per_row_array(past_lengths, lengths.size, "past_lengths")
     require_sum_fits(past, lengths - 1, "past_lengths")
@@ -88,7 +116,7 @@ def packed_positions(
     starts = np.cumsum(lengths) - lengths
     positions = np.full(length, fill_value, dtype=np.int64)
     positions[:used] = np.arange(used) - starts[segment_of_token] + past[segment_of_token]
-    return tensor_on(positions, device_of(segment_lengths, cu_seqlens))
+    return positions
 
 
 def decode_positions(cache_lengths: IntsLike | int, num_new: int = 1) -> torch.Tensor:
@@ -97,12 +125,19 @@ def decode_positions(cache_lengths: IntsLike | int, num_new: int = 1) -> torch.T
     Row ``b`` gets ``cache_lengths[b] + arange(num_new)``; ``num_new > 1`` covers speculative decoding (the
     draft tokens verified in one step). ``cache_lengths`` counts the real tokens already in the cache.
     """
+    return tensor_on(decode_position_array(cache_lengths, num_new), device_of(cache_lengths))
+
+
+def decode_position_array(cache_lengths: IntsLike | int, num_new: int = 1) -> np.ndarray:
+    """:func:`decode_positions` as a new ``[B, num_new]`` int64 numpy array, with the same checks in the same
+    order."""
     count = require_int(num_new, "num_new", minimum=1)
     cache = as_long_array([cache_lengths] if isinstance(cache_lengths, int) else cache_lengths, "cache_lengths", ndim=1)
     require_at_least(cache, 0, "cache_lengths")
     check_element_limit(max(cache.size, 1) * count, None, "decode positions", field="num_new")  # arange(count)
     require_sum_fits(cache, 0, "cache_lengths", extra=count - 1)
-    return tensor_on(cache[:, None] + np.arange(count), device_of(cache_lengths))
+    positions: np.ndarray = cache[:, None] + np.arange(count)  # numpy types this Any
+    return positions
 
 
 def _segment_lengths(segment_lengths: IntsLike | None, cu_seqlens: IntsLike | None) -> tuple[np.ndarray, str]:
