@@ -222,13 +222,18 @@ def _check_ceiling(advance: np.ndarray, reach: np.ndarray) -> None:
         )
 
 
+_ONE_ROW_FIRST_BLOCK = np.zeros(1, dtype=np.int64)
+"""``[1]`` index of the first block of a batch of one row (read-only, shared)."""
+_ONE_ROW_FIRST_BLOCK.flags.writeable = False
+
+
 def _starts(advance: np.ndarray, row: np.ndarray, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
     """``[G]`` start of each block (the exclusive running sum of ``advance``, restarted at every row) and ``[B]``
     index of each row's first block."""
     starts = _running_sum(advance)
     starts -= advance
     if num_rows == 1:  # nothing to restart
-        return starts, np.zeros(1, dtype=np.int64)
+        return starts, _ONE_ROW_FIRST_BLOCK
     row_first_block = row.searchsorted(np.arange(num_rows))
     starts -= starts[row_first_block][row]
     return starts, row_first_block
