@@ -53,6 +53,22 @@ def test_prefill_bound_counts_grids_and_ignores_malformed_segments() -> None:
     assert _prefill_bound(tokens) == 5
 
 
+@pytest.mark.parametrize(
+    ("segment", "bound"),
+    [
+        ({"image": [1, 2.0, 4]}, 0),
+        ({"image": [1, 2, 4, 1]}, 0),
+        ({"image": [True, 2, 4]}, 8),  # bools are ints to the bound (refused later)
+        ({"video": [2, 4, 4], "frame_gaps": 3, "second_per_grid_t": 2}, 32 + 3 + 2),
+        ({"video": [2, 4, 4], "frame_gaps": [1, 2]}, 32),
+        ({"text": 10**400}, 10**400),
+    ],
+)
+def test_prefill_bound_of_one_segment(segment: dict[str, Any], bound: int) -> None:
+    body = MRopePositionsRequest.model_validate({"family": "qwen2_vl", "rows": [[segment]]})
+    assert _prefill_bound(body) == bound
+
+
 def test_an_inline_cos_sin_answers_while_another_thread_grows_its_table() -> None:
     """A small cos/sin request is answered on the event loop; when another thread holds the table's growth lock
     (growing it, up to its byte cap), the request computes its few positions directly instead of making the

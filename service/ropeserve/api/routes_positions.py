@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, NamedTuple
 
@@ -457,8 +456,10 @@ def _segment_tokens(segment: dict[str, Any]) -> int:
     for value in segment.values():
         if isinstance(value, int):
             tokens += value
-        elif isinstance(value, list) and len(value) == GRID_AXES and all(isinstance(item, int) for item in value):
-            tokens += math.prod(value)
+        elif isinstance(value, list) and len(value) == GRID_AXES:
+            frames, height, width = value
+            if isinstance(frames, int) and isinstance(height, int) and isinstance(width, int):
+                tokens += frames * height * width
     return tokens
 
 

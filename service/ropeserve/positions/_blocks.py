@@ -20,11 +20,15 @@ the number of operations sets the time (a numpy call on them costs a fraction of
 a fixed number of batched operations and no Python loop, in their cheapest forms (``np.add.accumulate`` costs half
 of ``cumsum``'s call), and nothing an input does not need (frame times without a video or a multi-frame block, the
 per-row restart of the running start for one row, the position ceiling check without frame times). The work per
-token: up to :data:`DIRECT_EXPANSION_TOKENS` tokens, each position written directly from its line's first position,
+token: a few blocks (:data:`PATTERN_EXPANSION_BLOCKS`) without frame times or strides are written as each block's
+start plus its pattern (its own lines expanded at start 0, cached read-only by shape), with no line arrays at all;
+else up to :data:`DIRECT_EXPANSION_TOKENS` tokens, each position written directly from its line's first position,
 step and column; beyond, a repeat of each line's step (with the jump from the previous line written at its first
 token) and one running sum in torch, in place: one ``[3, B * T]`` temporary where the direct formula needs three,
 which fresh memory made over 20 times slower at 26k tokens here. The issue-15 request (one row of text, a 1x8x8 image,
-text) takes about 23 us in :func:`~ropeserve.positions.segments.mrope_positions_from_segments`.
+text) takes three blocks through the patterns: in a tight loop on a loaded 2-core machine 29 us in
+:func:`~ropeserve.positions.segments.mrope_positions_from_segments` and 22 us for the JSON route's
+``segment_layout(...).arrays()`` (38 and 30 us through the lines).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import torch
 
 from ropeserve.errors import InvalidInput
 from ropeserve.positions._common import tensor_on
+from ropeserve.positions._patterns import pattern
 from ropeserve.positions.families import COMPAT_RULES, MRopeCompat
 
 TEXT_TOKEN, IMAGE_TOKEN, VIDEO_TOKEN = 0, 1, 2
@@ -219,13 +224,18 @@ def _check_ceiling(advance: np.ndarray, reach: np.ndarray) -> None:
         )
 
 
+_ONE_ROW_FIRST_BLOCK = np.zeros(1, dtype=np.int64)
+"""``[1]`` index of the first block of a batch of one row (read-only, shared)."""
+_ONE_ROW_FIRST_BLOCK.flags.writeable = False
+
+
 def _starts(advance: np.ndarray, row: np.ndarray, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
     """``[G]`` start of each block (the exclusive running sum of ``advance``, restarted at every row) and ``[B]``
     index of each row's first block."""
     starts = _running_sum(advance)
     starts -= advance
     if num_rows == 1:  # nothing to restart
-        return starts, np.zeros(1, dtype=np.int64)
+        return starts, _ONE_ROW_FIRST_BLOCK
     row_first_block = row.searchsorted(np.arange(num_rows))
     starts -= starts[row_first_block][row]
     return starts, row_first_block
@@ -289,22 +299,72 @@ def _expand_lines(values: np.ndarray, steps: np.ndarray, lengths: np.ndarray) ->
     return differences
 
 
+PATTERN_EXPANSION_TOKENS = DIRECT_EXPANSION_TOKENS
+"""Up to this many tokens (and :data:`PATTERN_EXPANSION_BLOCKS` blocks), :meth:`PositionPlan.arrays` writes each
+block as its start plus its pattern (:func:`_block_pattern`): a few numpy calls per block instead of the line
+arrays' fixed few dozen."""
+PATTERN_EXPANSION_BLOCKS = 16
+"""Most blocks written one by one from their patterns (a Python step each); more go through the lines."""
+
+# [kind, axis, column]: the positions of a one-line block of each kind relative to its start (its step times the
+# column, as _expand_lines writes a line), read-only slices of which are the patterns of text and padding blocks.
+_ONE_LINE_PATTERNS = _LINE_STEP.T[:, :, None] * np.arange(PATTERN_EXPANSION_TOKENS)
+_ONE_LINE_PATTERNS.flags.writeable = False
+
+
+def _block_pattern(kind: int, frames: int, rows: int, columns: int) -> np.ndarray:
+    """``[3, frames * rows * columns]`` read-only positions of a block relative to its start, for blocks whose
+    frame offsets are their frame index (no frame times, no frame stride): a one-line block's from
+    ``_ONE_LINE_PATTERNS``, a vision grid's the engine's own lines of that block alone at start 0, cached by shape
+    (``_patterns``, bounded)."""
+    if frames * rows == 1:
+        return _ONE_LINE_PATTERNS[kind, :, :columns]
+    return pattern(("mrope-block", kind, frames, rows, columns), lambda: _lines_alone(kind, frames, rows, columns))
+
+
+def _lines_alone(kind: int, frames: int, rows: int, columns: int) -> np.ndarray:
+    """``[3, frames * rows * columns]`` positions of one block at start 0, expanded from its lines."""
+    one = np.zeros(1, dtype=np.int64)
+    block = Blocks(one, np.array([kind]), np.array([[frames, rows, columns]]), None, False)
+    return _expand_lines(*_lines(block, one))
+
+
+def _expand_blocks(blocks: Blocks, starts: np.ndarray) -> np.ndarray:
+    """``[3, total]`` int64 positions of blocks without frame times or frame strides: their
+    :func:`_block_pattern` side by side, plus each block's start (``starts`` ``[G]``; padding: the fill value)."""
+    patterns = [
+        _block_pattern(kind, frames, rows, columns)
+        for kind, (frames, rows, columns) in zip(blocks.kind.tolist(), blocks.thw.tolist(), strict=True)
+    ]
+    positions = np.concatenate(patterns, axis=1)
+    positions += starts.repeat([block.shape[1] for block in patterns])
+    return positions
+
+
 class PositionPlan(NamedTuple):
-    """Everything but the per-token expansion: small arrays (per row, per line)."""
+    """Everything but the per-token expansion: small arrays (per row, per block)."""
 
     num_rows: int
     width: int
     deltas: np.ndarray  # [B, 1] int64
-    line_values: np.ndarray  # [3, Lc] int64 position of each line's first token
-    line_steps: np.ndarray  # [3, Lc] int64
-    line_lengths: np.ndarray  # [Lc] int64
+    blocks: Blocks
+    starts: np.ndarray  # [G] int64 position of each block's first token (padding blocks: the fill value)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """``position_ids`` ``[3, B, width]`` int64 and ``mrope_position_deltas`` ``[B, 1]`` int64 arrays."""
-        if self.num_rows * self.width == 0:
+        total = self.num_rows * self.width
+        blocks = self.blocks
+        if total == 0:
             positions = np.zeros((3, 0), dtype=np.int64)
+        elif (
+            total <= PATTERN_EXPANSION_TOKENS
+            and blocks.kind.size <= PATTERN_EXPANSION_BLOCKS
+            and blocks.time_step is None
+            and blocks.frame_stride is None
+        ):
+            positions = _expand_blocks(blocks, self.starts)
         else:
-            positions = _expand_lines(self.line_values, self.line_steps, self.line_lengths)
+            positions = _expand_lines(*_lines(blocks, self.starts))
         return positions.reshape(3, self.num_rows, self.width), self.deltas
 
     def expand(self, device: torch.device | str | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -320,7 +380,7 @@ def plan_positions(
     continue_after_max: bool,
     fill_value: int,
 ) -> PositionPlan:
-    """Lay the blocks out: starts, deltas and the lines to expand into ``[3, B, width]`` positions.
+    """Lay the blocks out: the starts and deltas to expand into ``[3, B, width]`` positions.
 
     ``row_lengths`` ``[B]`` counts each row's real (non-padding) tokens; a row without any has delta 0.
     ``continue_after_max``: the block after a vision block starts at its largest position + 1 (else at
@@ -328,8 +388,7 @@ def plan_positions(
     """
     num_rows = row_lengths.size
     if num_rows * width == 0:
-        none = np.zeros((3, 0), dtype=np.int64)
-        return PositionPlan(num_rows, width, np.zeros((num_rows, 1), dtype=np.int64), none, none, none[0])
+        return PositionPlan(num_rows, width, np.zeros((num_rows, 1), dtype=np.int64), blocks, blocks.row)
     side = np.maximum(blocks.thw[:, 1], blocks.thw[:, 2])
     reach = _reach(blocks, side)
     advance = ADVANCE_RULES[continue_after_max](side, reach)
@@ -344,5 +403,4 @@ def plan_positions(
     deltas -= row_lengths
     if is_padding is not None:
         starts[is_padding] = fill_value  # a padding block is one line at the fill value, which does not advance
-    values, steps, lengths = _lines(blocks, starts)
-    return PositionPlan(num_rows, width, deltas.reshape(num_rows, 1), values, steps, lengths)
+    return PositionPlan(num_rows, width, deltas.reshape(num_rows, 1), blocks, starts)

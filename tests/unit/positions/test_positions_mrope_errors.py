@@ -9,6 +9,7 @@ import pytest
 
 from ropeserve.errors import InvalidInput, LimitExceeded
 from ropeserve.positions import mrope_positions_from_segments, mrope_positions_from_tokens
+from ropeserve.positions.families import MRopeCompat, parse_compat
 
 ROW_A = [0, 0, 0] + [1] * 6 + [0, 0]  # image grid (1, 4, 6) at columns 3..8
 
@@ -212,3 +213,15 @@ def test_frame_count_is_limited_before_the_per_frame_work() -> None:
             [[{"text": 1}, {"video": [10**9, 2, 2], "frame_gaps": 3}]], family="qwen3_vl", max_tokens=10_000
         )
     assert info.value.field == "rows[0].segments[1]"
+
+
+@pytest.mark.parametrize("compat", [*MRopeCompat, *(member.value for member in MRopeCompat)])
+def test_parse_compat_takes_members_and_their_strings(compat: str) -> None:
+    assert parse_compat(compat) is MRopeCompat(compat)
+
+
+@pytest.mark.parametrize("compat", ["Transformers5", "", "vllm ", None, 5, ["vllm"], {"vllm": 1}])
+def test_parse_compat_refuses_anything_else_naming_compat(compat: Any) -> None:
+    with pytest.raises(InvalidInput, match="unknown compat") as error:
+        parse_compat(compat)
+    assert error.value.field == "compat"

@@ -28,15 +28,21 @@ def _transformers(rows: list[list[dict[str, Any]]], family: str, pads: list[int]
     return expected, ours
 
 
-@pytest.mark.parametrize("direct_up_to", [0, 10**9], ids=["running-sum", "direct"])
+EXPANSIONS = {"running-sum": (0, 0), "direct": (10**9, 0), "patterns": (10**9, 10**9)}
+"""Expansion -> (DIRECT_EXPANSION_TOKENS, PATTERN_EXPANSION_BLOCKS) that selects it for the small rows drawn."""
+
+
+@pytest.mark.parametrize("expansion", list(EXPANSIONS))
 @pytest.mark.parametrize("family", FAMILIES)
 @SETTINGS
 @given(data=st.data())
-def test_both_expansions_match_transformers(family: str, direct_up_to: int, data: st.DataObject) -> None:
+def test_every_expansion_matches_transformers(family: str, expansion: str, data: st.DataObject) -> None:
     rows = data.draw(segment_rows(family, 2))
     pads = data.draw(st.lists(st.integers(0, 3), min_size=len(rows), max_size=len(rows)))
+    direct_up_to, pattern_blocks = EXPANSIONS[expansion]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_blocks, "DIRECT_EXPANSION_TOKENS", direct_up_to)
+        patch.setattr(_blocks, "PATTERN_EXPANSION_BLOCKS", pattern_blocks)
         (expected_ids, expected_deltas), ours = _transformers(rows, family, pads)
     assert torch.equal(ours.position_ids, expected_ids)
     assert torch.equal(ours.mrope_position_deltas, expected_deltas)
@@ -219,3 +225,53 @@ def test_layout_arrays_are_the_tensors_and_the_mask_marks_real_tokens(
     real = mask.sum(dim=1)
     ends = mask.flip(1) if padding_side == "left" else mask
     assert all(bool(ends[row, : int(count)].all()) for row, count in enumerate(real))
+
+
+ISSUE_15_ROWS: list[list[dict[str, Any]]] = [[{"text": 12}, {"image": [1, 8, 8]}, {"text": 20}]]
+
+
+def test_small_layout_is_written_from_block_patterns_equal_to_the_lines() -> None:
+    """The issue-15 request takes the pattern expansion, which gives what the lines give, for any fill value."""
+    layout = segment_layout([*ISSUE_15_ROWS, [{"text": 3}]], family="qwen2_5_vl", fill_value=-5)
+    calls: list[int] = []
+    expand = _blocks._expand_blocks
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_blocks, "_expand_blocks", lambda *args: calls.append(1) or expand(*args))
+        position_ids, _ = layout.arrays()
+        patch.setattr(_blocks, "PATTERN_EXPANSION_BLOCKS", 0)
+        from_lines, _ = layout.arrays()
+    assert calls == [1]
+    assert np.array_equal(position_ids, from_lines)
+    assert (position_ids[:, 1, 3:] == -5).all()
+
+
+@pytest.mark.parametrize("grid", [[1, 8, 8], [2, 4, 6], [1, 2, 10]])
+def test_block_patterns_stay_read_only_and_answers_fresh(grid: list[int]) -> None:
+    """An answer written in place leaves the cached patterns, and so the next answer, unchanged."""
+    rows = [[{"text": 2}, {"image": grid}, {"text": 1}]]
+    first, _ = segment_layout(rows, family="qwen2_vl").arrays()
+    expected = first.copy()
+    first += 1000
+    again, _ = segment_layout(rows, family="qwen2_vl").arrays()
+    assert np.array_equal(again, expected)
+    frames, rows_per_frame, columns = grid[0], grid[1] // 2, grid[2] // 2
+    pattern = _blocks._block_pattern(_blocks.IMAGE_TOKEN, frames, rows_per_frame, columns)
+    assert not pattern.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        pattern += 1
+
+
+def test_many_blocks_or_frame_times_go_through_the_lines() -> None:
+    """Past PATTERN_EXPANSION_BLOCKS blocks, and with Qwen2.5-VL frame times, the lines expand the blocks."""
+    many = [
+        [segment for _ in range(_blocks.PATTERN_EXPANSION_BLOCKS) for segment in ({"text": 1}, {"image": [1, 2, 2]})]
+    ]
+    video = [[{"text": 1}, {"video": [2, 4, 4], "second_per_grid_t": 0.5}]]
+    for rows in (many, video):
+        layout = segment_layout(rows, family="qwen2_5_vl")
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(_blocks, "_expand_blocks", None)  # calling it would fail
+            position_ids, _ = layout.arrays()
+        assert torch.equal(
+            torch.from_numpy(position_ids), mrope_positions_from_segments(rows, family="qwen2_5_vl").position_ids
+        )
