@@ -548,7 +548,9 @@ _IMAGE, _VIDEO, _AUDIO = 1, 2, 3
 
 
 def _runs(kinds: np.ndarray) -> list[tuple[int, int, int]]:
-    """``(kind, first, end)`` of each maximal run of non-text tokens."""
+    """``(kind, first, end)`` of each maximal run of non-text tokens (none in a row without real tokens)."""
+    if kinds.size == 0:
+        return []
     change = np.flatnonzero(np.diff(kinds)) + 1
     bounds = np.concatenate([[0], change, [kinds.size]])
     return [(int(kinds[a]), int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if kinds[a]]
@@ -686,6 +688,8 @@ def _without_grids(mask: np.ndarray, *, float_positions: bool) -> MRopePositions
     positions = (mask_t.float() if float_positions else mask_t.long()).cumsum(-1) - 1
     positions.masked_fill_(~mask_t, 1)
     positions = positions.unsqueeze(0).expand(3, -1, -1).contiguous()
+    if positions.shape[-1] == 0:  # rows of no tokens have no maximum (transformers raises): delta 0, as elsewhere
+        return MRopePositions(positions, torch.zeros(counts.shape, dtype=positions.dtype), mask_t)
     deltas = positions.max(0)[0].max(-1, keepdim=True)[0] + 1 - counts
     return MRopePositions(positions, deltas, mask_t)
 

@@ -256,3 +256,24 @@ def test_a_video_past_the_token_limit_is_refused_before_its_frames_are_timed(fam
     with pytest.raises(LimitExceeded) as raised:
         omni_positions_from_segments(rows, family=family, max_tokens=10_000)
     assert raised.value.field == "rows[0].segments[1]"
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni_moe"])
+def test_rows_without_tokens_answer_empty_positions_and_delta_zero(family: str) -> None:
+    """transformers raises on a batch of width 0 (the maximum of no positions); ropeserve answers as its block
+    engine does for every other family (this was an IndexError, a 500 over HTTP)."""
+    result = omni_positions_from_tokens(input_ids=[[], []], family=family)
+    assert result.position_ids.shape == (3, 2, 0)
+    assert result.mrope_position_deltas.tolist() == [[0], [0]]
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni_moe"])
+def test_an_all_padded_row_equals_transformers(family: str) -> None:
+    batch = OmniBatch(torch.tensor([[5, 5], [5, 5]]), torch.tensor([[0, 0], [1, 1]]), None, None, None, None, False)
+    if family == "qwen2_5_omni":
+        expected, deltas = hf_omni_get_rope_index(batch, merge=2, pps=25, seconds_per_chunk=2)
+    else:
+        expected, deltas = hf_qwen3_omni_get_rope_index(batch, merge=2, pps=25)
+    result = omni_positions_from_tokens(input_ids=batch.input_ids, attention_mask=batch.attention_mask, family=family)
+    assert torch.equal(result.position_ids, expected)
+    assert torch.equal(result.mrope_position_deltas, deltas)
