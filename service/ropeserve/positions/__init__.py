@@ -15,7 +15,9 @@ Endpoint map (one function per endpoint): ``positions_from_attention_mask`` (bat
 ``packed_positions`` (cu_seqlens / segment lengths), ``decode_positions`` (next k), ``mrope_positions_from_tokens``
 (serving-stack form), ``mrope_positions_from_segments`` (segment lists), ``mrope_segments_from_tokens`` (token form
 -> segment lists), ``mrope_decode_positions`` (next k from deltas), ``slice_prefill_positions`` (chunked prefill),
-``vision_position_ids`` (ViT 2-D ids).
+``vision_position_ids`` (ViT 2-D ids). The routes answer packed, decode and M-RoPE decode positions from
+``packed_position_array``, ``decode_position_array`` and ``mrope_decode_array``: the same checks and values as new
+int64 numpy arrays (the tensor functions wrap them), so a JSON answer never passes through a tensor.
 """
 
 from ropeserve.config.jsonsafe import INT64_MAX, INT64_MIN

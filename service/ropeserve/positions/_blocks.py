@@ -341,6 +341,17 @@ def _expand_blocks(blocks: Blocks, starts: np.ndarray) -> np.ndarray:
     return positions
 
 
+def _writes_from_patterns(blocks: Blocks, total: int) -> bool:
+    """Whether :func:`_expand_blocks` writes ``blocks`` (``total`` tokens): few blocks and tokens, and every frame
+    offset its frame index (no frame times, no frame strides)."""
+    return (
+        total <= PATTERN_EXPANSION_TOKENS
+        and blocks.kind.size <= PATTERN_EXPANSION_BLOCKS
+        and blocks.time_step is None
+        and blocks.frame_stride is None
+    )
+
+
 class PositionPlan(NamedTuple):
     """Everything but the per-token expansion: small arrays (per row, per block)."""
 
@@ -356,12 +367,7 @@ class PositionPlan(NamedTuple):
         blocks = self.blocks
         if total == 0:
             positions = np.zeros((3, 0), dtype=np.int64)
-        elif (
-            total <= PATTERN_EXPANSION_TOKENS
-            and blocks.kind.size <= PATTERN_EXPANSION_BLOCKS
-            and blocks.time_step is None
-            and blocks.frame_stride is None
-        ):
+        elif _writes_from_patterns(blocks, total):
             positions = _expand_blocks(blocks, self.starts)
         else:
             positions = _expand_lines(*_lines(blocks, self.starts))
