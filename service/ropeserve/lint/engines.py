@@ -271,12 +271,16 @@ LENGTH_CEILING = INT64_MAX + 1
 
 
 def scaled_length(length: float, factor: float) -> int:
-    """``int(length * factor)`` (``factor`` > 0), saturating at LENGTH_CEILING. An integer length past the float
-    range (``4 * int(1e308)``: vLLM's M-RoPE cache rows of a 1e308 length) is scaled exactly, as a fraction."""
+    """``int(length * factor)``, saturating at 0 and LENGTH_CEILING (a NaN product is 0): callers pass positive
+    values, and a value that slipped through unchecked (a negative length, -1e308) gives a bound, never an
+    OverflowError. An integer length past the float range (``4 * int(1e308)``: vLLM's M-RoPE cache rows of a
+    1e308 length) is scaled exactly, as a fraction."""
     try:
         product: float | Fraction = length * factor
     except OverflowError:
-        product = Fraction(length) * Fraction(factor) if math.isfinite(factor) else math.inf
+        product = Fraction(length) * Fraction(factor) if math.isfinite(factor) else math.copysign(math.inf, factor)
+    if not product > 0:  # negative, zero or NaN
+        return 0
     return int(min(product, LENGTH_CEILING))
 
 
@@ -312,9 +316,10 @@ def cache_rows_by_layer(view: ModelView, engine: str) -> dict[str, int]:
 
 
 def cache_rows_for(params: RopeParams, engine: str) -> int | None:
-    """Cache rows vLLM/SGLang allocate for one layer type's parameters (None without a length)."""
+    """Cache rows vLLM/SGLang allocate for one layer type's parameters (None without a positive length: a
+    negative ``max_position_embeddings`` is a range finding, not a cache of negative size)."""
     base = params.max_position_embeddings
-    if base is None:
+    if base is None or finite_positive(base) is None:
         return None
     factor = effective_factor(params)
     original = int(finite_positive(params.original_max_position_embeddings) or base)
@@ -429,7 +434,7 @@ def _sglang_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None, 
 
 
 def _tgi_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None, _: WindowCap | None) -> EngineLength:
-    top = {k: view.document[k] for k in TGI_LENGTH_KEYS if isinstance(view.document.get(k), int)}
+    top = {k: value for k in TGI_LENGTH_KEYS if _positive_int(value := view.document.get(k))}
     key = next(iter(top), None)
     notes = ["cos/sin grow with the longest sequence seen; no startup length check"]
     if key is None:
@@ -440,6 +445,11 @@ def _tgi_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None, _: 
     if limit is not None and limit < derived:
         derived, source = limit, "tokenizer_config model_max_length"
     return EngineLength("tgi", derived, source, derived, "none", None, tuple(notes))
+
+
+def _positive_int(value: object) -> bool:
+    """A length TGI's launcher can read (an unsigned JSON integer; not a bool, not zero or negative)."""
+    return type(value) is int and value > 0
 
 
 def _llama_cpp_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None, _: WindowCap | None) -> EngineLength:

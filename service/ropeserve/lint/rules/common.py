@@ -35,7 +35,9 @@ def fmt(value: float | int | None) -> str:
     """Integers with thousands separators, other numbers compactly."""
     if value is None:
         return "unknown"
-    if float(value).is_integer():
+    if isinstance(value, int):  # exact, also past the float range (vLLM's 4 x rows of a 1e308 length)
+        return f"{value:,}"
+    if value.is_integer():
         return f"{int(value):,}"
     return f"{value:.3g}"
 

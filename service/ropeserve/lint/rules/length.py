@@ -166,9 +166,9 @@ def length_exceeds_rope_cache(ctx: LintContext) -> Iterator[Hit]:
 )
 def yarn_length_mismatch(ctx: LintContext) -> Iterator[Hit]:
     for params in ctx.model.layers.values():
-        original, limit = params.original_max_position_embeddings, params.max_position_embeddings
+        original, limit = finite_positive(params.original_max_position_embeddings), params.max_position_embeddings
         factor = finite_positive(params.factor)
-        if not is_yarn(params.rope_type) or factor is None or not original or not limit:
+        if not is_yarn(params.rope_type) or factor is None or original is None or not limit:
             continue
         extended = scaled_length(original, factor)
         if limit == extended:
@@ -349,7 +349,9 @@ def length_beyond_rope_capacity(ctx: LintContext) -> Iterator[Hit]:
     definition = None if main is None else definition_of(main.rope_type)
     unscaled = main is None or (definition is not None and not definition.scales)
     scaling = "no rope scaling" if unscaled or main is None else f"{main.rope_type} scaling"
-    extend = f"add the model's documented long-context scaling (e.g. yarn, factor {requested / capacity:.3g})"
+    extend = "add the model's documented long-context scaling" + (
+        f" (e.g. yarn, factor {requested / capacity:.3g})" if capacity else ""  # 0: a factor of 5e-324 scaled it
+    )
     yield ctx.hit(
         _length_pointer(ctx),
         f"requested {fmt(requested)} positions but the config ({scaling}) covers {fmt(capacity)}: positions "
