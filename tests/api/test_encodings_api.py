@@ -170,6 +170,8 @@ def test_relative_shaw_indices(client: TestClient) -> None:
         ({"query_len": 2, "key_len": 2, "num_buckets": 2}, "num_buckets"),
         ({"query_len": 2, "key_len": 2, "max_distance": 8}, "max_distance"),
         ({"query_len": 0, "key_len": 2}, "query_len"),
+        ({"query_len": 2, "key_len": 2, "mode": "shaw", "clip": 2**63 - 1}, "clip"),
+        ({"query_len": 2, "key_len": 2, "mode": "shaw", "clip": 2**62}, "clip"),
     ],
 )
 def test_relative_invalid(client: TestClient, request_body: dict, field: str) -> None:

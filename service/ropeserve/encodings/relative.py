@@ -21,6 +21,7 @@ import math
 
 import torch
 
+from ropeserve.config.jsonsafe import INT64_MAX
 from ropeserve.errors import InvalidInput
 
 
@@ -73,12 +74,24 @@ def shaw_relative_indices(
     query_len: int, key_len: int, *, clip: int, bidirectional: bool = True, offset: int = 0
 ) -> torch.Tensor:
     """Shaw-style ``clip(j - i, -clip, clip or 0) + clip``: int64 [Tq, Tk] in ``[0, 2·clip]``."""
-    if clip < 0:
-        raise InvalidInput(f"clip must be >= 0 (got {clip})", field="clip")
+    check_shaw_clip(clip, bidirectional)
     upper = clip if bidirectional else 0
     return relative_positions(query_len, key_len, offset).clamp(-clip, upper) + clip
 
 
 def shaw_table_rows(clip: int, bidirectional: bool = True) -> int:
     """Rows of the embedding table Shaw indices address: ``2·clip + 1`` (``clip + 1`` when causal)."""
+    check_shaw_clip(clip, bidirectional)
     return 2 * clip + 1 if bidirectional else clip + 1
+
+
+def check_shaw_clip(clip: int, bidirectional: bool) -> None:
+    """Raise InvalidInput unless ``clip`` >= 0 and the table rows (``2·clip + 1``, causal ``clip + 1``), and so
+    every index, fit int64: a larger clip wrapped the indices (2**63 - 1 gave -2**63 and 2**64 - 1)."""
+    largest = (INT64_MAX - 1) // 2 if bidirectional else INT64_MAX - 1
+    if not 0 <= clip <= largest:
+        raise InvalidInput(
+            f"clip must be in [0, {largest}] ({'2·clip' if bidirectional else 'clip'} + 1 table rows in int64; "
+            f"got {clip})",
+            field="clip",
+        )

@@ -266,8 +266,9 @@ VLLM_LENGTH_KEYS = (
 SGLANG_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
 TGI_LENGTH_KEYS = ("max_position_embeddings", "max_seq_len", "n_positions")
 ENGINE_DEFAULT_LENGTH = 2048
-LENGTH_CEILING = INT64_MAX + 1
-"""Scaled lengths saturate here, so absurd factors cannot overflow the arithmetic."""
+LENGTH_CEILING = INT64_MAX
+"""Derived lengths and cache rows saturate here, so absurd factors cannot overflow the arithmetic and every length
+the report states fits the int64 of its consumers (2**63 once came out of ``2**63 - 1`` times a float 1.0)."""
 
 
 def scaled_length(length: float, factor: float) -> int:
@@ -285,11 +286,15 @@ def scaled_length(length: float, factor: float) -> int:
 
 
 def length_value(view: ModelView, key: str) -> int | None:
-    """``key`` of the text section (class default included) as a length: a finite positive number, truncated."""
+    """``key`` of the text section (class default included) as a length: a finite positive number, truncated
+    (an int exactly: float(2**63 - 1) is 2**63), at most LENGTH_CEILING."""
     if key not in view.text and key not in view.family.class_defaults:
         return None  # most length keys are absent: answered without the calls below
-    value = finite_positive(view.text_value(key))
-    return None if value is None else int(value)
+    raw = view.text_value(key)
+    value = finite_positive(raw)
+    if value is None:
+        return None
+    return min(raw if type(raw) is int else int(value), LENGTH_CEILING)
 
 
 def length_keys(view: ModelView, keys: tuple[str, ...]) -> dict[str, int]:
@@ -329,7 +334,7 @@ def cache_rows_for(params: RopeParams, engine: str) -> int | None:
         return scaled_length(mrope_rows * original, factor)
     if rule == "max_x_factor":
         return scaled_length(base, factor)
-    return mrope_rows * base
+    return min(mrope_rows * base, LENGTH_CEILING)
 
 
 def _length_rule(params: RopeParams) -> LengthRule:
@@ -440,7 +445,7 @@ def _tgi_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None, _: 
     if key is None:
         notes.append("the launcher reads top-level keys only and found none (not verified)")
         return EngineLength("tgi", None, "no top-level length key", None, "none", None, tuple(notes))
-    derived, source = top[key], key
+    derived, source = min(top[key], LENGTH_CEILING), key
     limit = tokenizer_limit(tokenizer_config)
     if limit is not None and limit < derived:
         derived, source = limit, "tokenizer_config model_max_length"

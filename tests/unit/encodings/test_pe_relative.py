@@ -92,3 +92,19 @@ def test_negative_clip_is_rejected() -> None:
     with pytest.raises(InvalidInput) as raised:
         shaw_relative_indices(2, 2, clip=-1)
     assert raised.value.field == "clip"
+
+
+@pytest.mark.parametrize(("bidirectional", "largest"), [(True, 2**62 - 1), (False, 2**63 - 2)])
+def test_clip_stays_where_every_index_and_the_table_rows_fit_int64(bidirectional: bool, largest: int) -> None:
+    """A clip of 2**63 - 1 once wrapped the indices to -2**63 (and the row count to 2**64 - 1)."""
+    indices = shaw_relative_indices(2, 3, clip=largest, bidirectional=bidirectional)
+    assert indices.min() >= 0 and shaw_table_rows(largest, bidirectional) <= 2**63 - 1
+    upper = 3 if bidirectional else 0  # distances here are within [-1, 2]: only the causal bound clips
+    assert indices.tolist() == [[min(j - i, upper) + largest for j in range(3)] for i in range(2)]
+    for make in (
+        lambda: shaw_relative_indices(2, 3, clip=largest + 1, bidirectional=bidirectional),
+        lambda: shaw_table_rows(largest + 1, bidirectional),
+    ):
+        with pytest.raises(InvalidInput) as raised:
+            make()
+        assert raised.value.field == "clip"

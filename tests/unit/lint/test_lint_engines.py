@@ -99,6 +99,9 @@ def test_unknown_rope_type_is_refused_everywhere() -> None:
         (4 * int(1e308), 1e-300, int(Fraction(4 * int(1e308)) * Fraction(1e-300))),  # exact, not saturated
         (4 * int(1e308), math.inf, LENGTH_CEILING),
         (1e308, 1e308, LENGTH_CEILING),
+        (2**63 - 1, 1.0, 2**63 - 1),  # the float product is 2**63: saturated within int64
+        (-1e308, 2.0, 0),  # an unchecked negative length: a bound, not int(-inf)
+        (4096, math.nan, 0),
     ],
 )
 def test_scaled_length_saturates_without_overflow(length: float, factor: float, expected: int) -> None:

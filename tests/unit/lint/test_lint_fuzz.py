@@ -90,7 +90,7 @@ def test_lint_never_raises_and_stays_finite(name: str, patch: dict, intent: dict
     config = patched(real_config(name), patch)
     report = lint(config, intent)
     json.dumps(report.as_dict(), allow_nan=False)
-    assert_lengths_not_negative(report.as_dict())
+    assert_lengths_in_int64(report.as_dict())
     report.to_text()
     report.to_sarif()
     with contextlib.suppress(InvalidInput):
@@ -102,12 +102,13 @@ def test_service_accepts_any_json_object() -> None:
     assert body["summary"]["error"] >= 1
 
 
-def assert_lengths_not_negative(report: dict) -> None:
-    """Every length, row count and error of the engines' and numerics' sections is None or >= 0."""
+def assert_lengths_in_int64(report: dict) -> None:
+    """Every length, row count and error of the engines' and numerics' sections is None or in [0, 2**63 - 1]:
+    nothing a consumer reading int64 would see wrapped."""
     sections = [*report["engines"], *report["numerics"]["engines"]]
     for section in sections:
         for key, value in section.items():
-            assert not (isinstance(value, int | float) and value < 0), (section["engine"], key, value)
+            assert not (isinstance(value, int | float) and not 0 <= value <= 2**63 - 1), (section["engine"], key, value)
 
 
 HOSTILE_CASES = {
@@ -126,6 +127,11 @@ HOSTILE_CASES = {
         {"/text_config/rope_parameters/original_max_position_embeddings": -1e308},
         {"max_model_len": 2**62, "disable_sliding_window": True},
     ),
+    "a max_position_embeddings past int64 (TGI derived 2**64)": (
+        "Downtown-Case__internlm2_5-7b-chat-1m-llamafied.json",
+        {"/max_position_embeddings": 2**64},
+        {"rope_override": HOSTILE_OVERRIDES[1]},
+    ),
     "a negative top-level max_position_embeddings (TGI's derived length was negative)": (
         "Downtown-Case__internlm2_5-7b-chat-1m-llamafied.json",
         {"/max_position_embeddings": -(2**63)},
@@ -135,10 +141,10 @@ HOSTILE_CASES = {
 
 
 @pytest.mark.parametrize(("name", "patch", "intent"), HOSTILE_CASES.values(), ids=list(HOSTILE_CASES))
-def test_hostile_lengths_are_findings_with_lengths_not_negative(name: str, patch: dict, intent: dict) -> None:
+def test_hostile_lengths_are_findings_with_lengths_in_int64(name: str, patch: dict, intent: dict) -> None:
     report = validate_config_request({"config": patched(real_config(name), patch), "intent": intent})
     json.dumps(report, allow_nan=False)
-    assert_lengths_not_negative(report)
+    assert_lengths_in_int64(report)
     assert report["summary"]["error"] >= 1  # the hostile value is reported, not absorbed
 
 
@@ -152,3 +158,10 @@ def test_capacity_scaled_to_zero_suggests_no_factor() -> None:
 def test_lengths_past_the_float_range_are_printed_exactly() -> None:
     assert fmt(4 * int(1e308)) == f"{4 * int(1e308):,}"
     assert (fmt(2**63), fmt(1.5), fmt(8192.0), fmt(None)) == ("9,223,372,036,854,775,808", "1.5", "8,192", "unknown")
+
+
+def test_the_largest_int64_length_is_derived_exactly() -> None:
+    """float(2**63 - 1) is 2**63: the length is kept as the int it is, and factors saturate at 2**63 - 1."""
+    config = patched(real_config("Qwen__Qwen2.5-7B-Instruct.json"), {"/max_position_embeddings": 2**63 - 1})
+    report = validate_config_request({"config": config})
+    assert {engine["derived_max_len"] for engine in report["engines"]} == {2**63 - 1}
