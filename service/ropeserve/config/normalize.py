@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ropeserve.config.families import ModelFamily, Pairing, attribute_map_of, family_of
-from ropeserve.config.jsonsafe import INT64_MAX, check_json_numbers, is_json_object
+from ropeserve.config.jsonsafe import INT64_MAX, INT64_MIN, check_json_numbers, is_json_object
 from ropeserve.config.params import FIELD_NAMES, RopeParams
 from ropeserve.config.rope_types import ALIASES, ROPE_TYPES, RopeType, lookup
 from ropeserve.config.schema import COMMON_KEYS, KNOWN_KEYS, MROPE_KEYS, allowed_keys
@@ -589,4 +589,6 @@ def _as_int(value: Any, key: str, sources: Mapping[str, str]) -> int | None:
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidInput(f"{key} must be an integer, got {value!r}", field=sources.get(key, key))
+    if not INT64_MIN <= value <= INT64_MAX:  # 1e308 (an integral float) or 2**64: no engine stores it
+        raise InvalidInput(f"{key} is beyond int64 (a {value.bit_length()}-bit integer)", field=sources.get(key, key))
     return value

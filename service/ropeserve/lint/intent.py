@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
-from ropeserve.config.jsonsafe import check_json_numbers, is_json_object
+from ropeserve.config.jsonsafe import INT64_MAX, check_json_numbers, is_json_object
 from ropeserve.errors import InvalidInput
 from ropeserve.lint.versions import VersionSpec, shortened
 
@@ -218,15 +218,16 @@ def _engines(value: Any, pointer: str) -> tuple[EngineTarget, ...]:
 
 
 def _requested_length(data: Mapping[str, Any], pointer: str) -> int | None:
+    """The one requested length of ``LENGTH_KEYS`` given (None without one): each an int in 1..INT64_MAX (an
+    engine's int64; 2**64 once reached the numerics as position 2**64 - 1), all equal."""
     given = [key for key in LENGTH_KEYS if data.get(key) is not None]
-    if len(given) > 1 and len({data[key] for key in given}) > 1:
+    for key in given:
+        value = data[key]
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= INT64_MAX:
+            raise InvalidInput(f"{key} must be an integer in [1, 2**63 - 1], got {value!r}", field=f"{pointer}/{key}")
+    if len({data[key] for key in given}) > 1:
         raise InvalidInput(f"{given} disagree; give one requested length", field=f"{pointer}/{given[1]}")
-    if not given:
-        return None
-    value = data[given[0]]
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise InvalidInput(f"{given[0]} must be a positive integer, got {value!r}", field=f"{pointer}/{given[0]}")
-    return value
+    return data[given[0]] if given else None
 
 
 def _optional_dtype(value: Any, pointer: str) -> str | None:

@@ -151,6 +151,13 @@ REJECTED_CONFIGS: list[tuple[str, dict[str, Any], str]] = [
         },
         "/rope_scaling/original_max_position_embeddings",
     ),
+    (
+        "max_position_embeddings 1e308 (an integral float past int64)",
+        {**BASE, "max_position_embeddings": 1e308},
+        "/max_position_embeddings",
+    ),
+    ("max_position_embeddings 2**63", {**BASE, "max_position_embeddings": 2**63}, "/max_position_embeddings"),
+    ("hidden_size 2**70: a head_dim of 2**68", {**BASE, "hidden_size": 2**70}, "/hidden_size"),
 ]
 
 

@@ -47,6 +47,9 @@ def test_full_intent() -> None:
         ({"engines": "vllm"}, "/intent/engines"),
         ({"max_model_len": -1}, "/intent/max_model_len"),
         ({"max_model_len": 10, "n_ctx": 20}, "/intent/n_ctx"),
+        ({"max_model_len": 2**63}, "/intent/max_model_len"),  # reached the numerics as position 2**64 - 1
+        ({"max_model_len": [], "context_length": 5}, "/intent/max_model_len"),  # unhashable: was a TypeError
+        ({"max_model_len": 5, "n_ctx": {}}, "/intent/n_ctx"),
         ({"dtype": "int8"}, "/intent/dtype"),
         ({"pairing": "rotate"}, "/intent/pairing"),
         ({"positions": {"padding_side": "middle"}}, "/intent/positions/padding_side"),
