@@ -12,7 +12,9 @@ drives each endpoint on the three routes, interleaved within each round so that 
 the printed ratios are the medians of the per-round ratios of requests per second (ropeserve / echo: goal >= 70%;
 ropeserve / floor: what is left above a server that does no work at all). The linter's answer cache serves a body
 it answered before: ``lint one config`` repeats one body (a deployment gate's pattern), ``lint, a new config each``
-sends a body never sent before with every request (linting itself). Then the server time of a
+sends a body never sent before with every request (the same rope parameters: linted, with the linter's
+per-parameters results reused), ``lint, a new model each`` a new ``rope_theta`` each (everything computed afresh:
+``FRESH_BODIES``). Then the server time of a
 16-position cos/sin (``x-total-time``, measured by ropeserve's middleware; goal < 1 ms) over sequential
 requests, and the JSON encoders measured on the cos/sin answer.
 """
@@ -31,7 +33,7 @@ import sys
 import tempfile
 import time
 import timeit
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -60,11 +62,27 @@ ENDPOINTS: dict[str, tuple[str, str, object]] = {
     ),
     "lint one config": ("POST", "/v1/config/validate", {"config": json.loads(CONFIG.read_text())}),
     "lint, a new config each": ("POST", "/v1/config/validate", {"config": json.loads(CONFIG.read_text())}),
+    "lint, a new model each": ("POST", "/v1/config/validate", {"config": json.loads(CONFIG.read_text())}),
 }
-FRESH_BODIES = frozenset({"lint, a new config each"})
-"""Endpoints whose every request carries a body no earlier request sent (the config's ``_name_or_path`` numbered):
-the linter's answer cache never holds it, so the row measures linting itself; ``lint one config`` repeats one body,
-as a deployment gate does (the stored answer after the first request)."""
+
+
+def _named(body: dict[str, Any], number: int) -> dict[str, Any]:
+    return {**body, "config": {**body["config"], "_name_or_path": f"bench/config-{number:08d}"}}
+
+
+def _new_theta(body: dict[str, Any], number: int) -> dict[str, Any]:
+    return {**body, "config": {**body["config"], "rope_theta": 1_000_000.0 + number}}
+
+
+FRESH_BODIES: dict[str, Callable[[dict[str, Any], int], dict[str, Any]]] = {
+    "lint, a new config each": _named,
+    "lint, a new model each": _new_theta,
+}
+"""Endpoints whose every request carries a body no earlier request sent, and how request ``number`` differs:
+``lint one config`` repeats one body, as a deployment gate does (the stored answer after the first request); a new
+config each (``_name_or_path`` numbered, the rope parameters of the row before) is never in the answer cache, so it
+is linted, though the linter's per-rope-parameters results (numerics, derived lengths) are reused; a new model
+each (``rope_theta`` numbered) misses those too: every number computed afresh."""
 
 
 # --- servers -------------------------------------------------------------------------------------------------------
@@ -183,21 +201,20 @@ def rate(port: int, raws: Sequence[bytes], connections: int) -> float:
 
 
 class Bodies:
-    """The request bytes of one endpoint on one side: the same bytes every time, or (``fresh``) bytes no earlier
-    request of the run sent, the config's ``_name_or_path`` numbered (same size, same answer)."""
+    """The request bytes of one endpoint on one side: the same bytes every time, or (``vary``) bytes no earlier
+    request of the run sent, ``vary(body, number)`` for the next numbers (``FRESH_BODIES``)."""
 
-    def __init__(self, method: str, path: str, body: object, fresh: bool) -> None:
-        self.method, self.path, self.body, self.fresh = method, path, body, fresh
+    def __init__(
+        self, method: str, path: str, body: object, vary: Callable[[dict[str, Any], int], dict[str, Any]] | None
+    ) -> None:
+        self.method, self.path, self.body, self.vary = method, path, body, vary
         self.sent = 0
 
     def take(self, count: int) -> list[bytes]:
-        if not self.fresh:
+        if self.vary is None:
             return [request_bytes(self.method, self.path, self.body)] * count
         assert isinstance(self.body, dict)
-        numbered = [
-            {**self.body, "config": {**self.body["config"], "_name_or_path": f"bench/config-{self.sent + k:08d}"}}
-            for k in range(count)
-        ]
+        numbered = [self.vary(self.body, self.sent + k) for k in range(count)]
         self.sent += count
         return [request_bytes(self.method, self.path, body) for body in numbered]
 
@@ -231,7 +248,7 @@ def capture_answers(port: int, answers_dir: Path) -> dict[str, tuple[dict[str, B
     """Ropeserve's answers (stored for the bare app), and per endpoint the request bodies of each side."""
     requests: dict[str, tuple[dict[str, Bodies], int]] = {}
     for index, (name, (method, path, body)) in enumerate(ENDPOINTS.items()):
-        fresh = name in FRESH_BODIES
+        fresh = FRESH_BODIES.get(name)
         ours = Bodies(method, path, body, fresh)
         _, answer = asyncio.run(_one(port, ours.take(1)[0]))
         (answers_dir / str(index)).write_bytes(answer)
