@@ -94,16 +94,39 @@ def normalize_config(
     if not numbers_checked:
         check_json_numbers(config)
     section, pointer = text_section(config)
+    model_type = checked_model_type(config, section, pointer)
+    family = family_of(model_type)
+    text, filled = complete_text(section, pointer, family)
+    return normalize_text(text, pointer, model_type, family, filled, validate=validate)
+
+
+def checked_model_type(config: Mapping[str, Any], section: Mapping[str, Any], pointer: str) -> str | None:
+    """The ``model_type`` of ``config`` (its text ``section``'s first); InvalidInput when it is not a string."""
     model_type = section.get("model_type") or config.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
         where = f"{pointer}/model_type" if "model_type" in section else "/model_type"
         raise InvalidInput(f"model_type must be a string, got {model_type!r}", field=where)
-    family = family_of(model_type)
-    text, filled = complete_text(section, pointer, family)
+    return model_type
+
+
+def normalize_text(
+    text: Mapping[str, Any],
+    pointer: str,
+    model_type: str | None,
+    family: ModelFamily,
+    filled: Mapping[str, str] | None = None,
+    *,
+    validate: bool = True,
+    found: RopeDicts | None = None,
+) -> NormalizedConfig:
+    """``normalize_config`` from the text section on: ``text`` (at ``pointer``) is completed already
+    (``complete_text``, which filled ``filled``) and ``found`` is its strict ``rope_dicts`` when the caller has it,
+    so the linter, which reads both itself, does not make the normaliser walk the document again."""
+    filled = filled or {}
     if validate:
         for problem in window_problems(text):
             raise InvalidInput(problem.message, field=f"{pointer}/{problem.key}")
-    entries, nested = _layer_entries(text, pointer, family)
+    entries, nested = _layer_entries(text, pointer, family, found)
     layers: dict[str, RopeParams | None] = {}
     sources: dict[str, dict[str, str]] = {}
     for layer_type, (entry, entry_pointer) in entries.items():
@@ -322,12 +345,13 @@ def layer_type_labels(text: Mapping[str, Any]) -> frozenset[str]:
 
 
 def _layer_entries(
-    text: Mapping[str, Any], pointer: str, family: ModelFamily
+    text: Mapping[str, Any], pointer: str, family: ModelFamily, found: RopeDicts | None = None
 ) -> tuple[dict[str, tuple[dict[str, Any] | None, str]], bool]:
-    """Per-layer-type entries (``None`` = NoPE layer), and whether they are per layer type; Gemma-3's
-    ``rope_local_base_freq`` adds a default-RoPE ``sliding_attention`` entry next to a flat dict (then they are:
-    transformers 5 standardises such a config into per-layer-type ``rope_parameters``)."""
-    found = rope_dicts(text, pointer)
+    """Per-layer-type entries (``None`` = NoPE layer) of the strict ``rope_dicts`` (``found`` when given), and
+    whether they are per layer type; Gemma-3's ``rope_local_base_freq`` adds a default-RoPE ``sliding_attention``
+    entry next to a flat dict (then they are: transformers 5 standardises such a config into per-layer-type
+    ``rope_parameters``)."""
+    found = rope_dicts(text, pointer) if found is None else found
     if found.nested:
         entries = {e.layer_type: (dict(e.data) if e.data is not None else None, e.pointer) for e in found.entries}
         return entries, True
