@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ropeserve.config.families import ModelFamily, Pairing, attribute_map_of, family_of
+from ropeserve.config.families import ModelFamily, MropeLayout, Pairing, attribute_map_of, family_of
 from ropeserve.config.jsonsafe import INT64_MAX, check_json_numbers, is_json_object
 from ropeserve.config.params import FIELD_NAMES, RopeParams
 from ropeserve.config.rope_types import ALIASES, ROPE_TYPES, RopeType, lookup
@@ -139,7 +139,7 @@ def normalize_text(
         except InvalidInput as error:
             error.field = filled.get(error.field or "", error.field)
             raise
-        sources[layer_type] = {key: filled.get(source, source) for key, source in resolver.sources.items()}
+        sources[layer_type] = _real_sources(resolver.sources, filled)
     return NormalizedConfig(
         model_type=model_type,
         layers=layers,
@@ -148,6 +148,14 @@ def normalize_text(
         pairing=family.pairing,
         text_config=text,
     )
+
+
+def _real_sources(sources: dict[str, str], filled: Mapping[str, str]) -> dict[str, str]:
+    """``sources`` with each pointer that ``complete_text`` filled replaced by its real source (``/n_embd``);
+    ``sources`` itself when nothing was filled (most configs)."""
+    if not filled:
+        return sources
+    return {key: filled.get(source, source) for key, source in sources.items()}
 
 
 def from_explicit(params: Mapping[str, Any]) -> RopeParams:
@@ -449,11 +457,10 @@ class _Resolver:
             long_factor=self.factor_list("long_factor"),
             low_freq_factor=self.number("low_freq_factor"),
             high_freq_factor=self.number("high_freq_factor"),
-            mrope_section=self.mrope_section(),
-            mrope_layout=None,
+            mrope_section=(section := self.mrope_section()),
+            mrope_layout=self.mrope_layout(section),
             extras=self.extras(definition),
         )
-        params = _with_mrope_layout(params, self.entry, self.family)
         if validate and definition is not None:
             self.check_required(params, definition)
             validate_params(params, self.locations())
@@ -524,6 +531,8 @@ class _Resolver:
         return value
 
     def number(self, key: str) -> float | None:
+        if key not in self.entry:  # most numeric keys are absent: answered without the entry_value call
+            return None
         value = self.entry_value(key)
         return None if value is None else _as_float(value, key, self.sources)
 
@@ -552,6 +561,12 @@ class _Resolver:
             )
         return tuple(value)
 
+    def mrope_layout(self, section: tuple[int, ...] | None) -> MropeLayout | None:
+        """The family's M-RoPE layout, else the entry's ``mrope_interleaved`` flag's (None without sections)."""
+        if section is None:
+            return None
+        return self.family.mrope_layout or ("interleaved" if self.entry.get("mrope_interleaved") else "chunked")
+
     def extras(self, definition: RopeType | None) -> tuple[tuple[str, float], ...]:
         """The type's numeric keys that no ``RopeParams`` field holds, as ``(key, value)`` pairs."""
         if definition is None:
@@ -570,19 +585,6 @@ class _Resolver:
                 f"rope_type {params.rope_type!r} requires {missing}",
                 field=f"{self.entry_pointer}/{missing[0]}",
             )
-
-
-def _with_mrope_layout(params: RopeParams, entry: Mapping[str, Any], family: ModelFamily) -> RopeParams:
-    if params.mrope_section is None:
-        return params
-    layout = family.mrope_layout or ("interleaved" if entry.get("mrope_interleaved") else "chunked")
-    return _replace(params, mrope_layout=layout)
-
-
-def _replace(params: RopeParams, **changes: Any) -> RopeParams:
-    values = {name: getattr(params, name) for name in FIELD_NAMES}
-    values.update(changes)
-    return RopeParams(**values)
 
 
 def _is_number(value: Any) -> bool:
