@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ropeserve.config.families import ModelFamily, Pairing, attribute_map_of, family_of
+from ropeserve.config.families import ModelFamily, MropeLayout, Pairing, attribute_map_of, family_of
 from ropeserve.config.jsonsafe import INT64_MAX, INT64_MIN, check_json_numbers, is_json_object
 from ropeserve.config.params import FIELD_NAMES, RopeParams
 from ropeserve.config.rope_types import ALIASES, ROPE_TYPES, RopeType, lookup
@@ -94,16 +94,39 @@ def normalize_config(
     if not numbers_checked:
         check_json_numbers(config)
     section, pointer = text_section(config)
+    model_type = checked_model_type(config, section, pointer)
+    family = family_of(model_type)
+    text, filled = complete_text(section, pointer, family)
+    return normalize_text(text, pointer, model_type, family, filled, validate=validate)
+
+
+def checked_model_type(config: Mapping[str, Any], section: Mapping[str, Any], pointer: str) -> str | None:
+    """The ``model_type`` of ``config`` (its text ``section``'s first); InvalidInput when it is not a string."""
     model_type = section.get("model_type") or config.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
         where = f"{pointer}/model_type" if "model_type" in section else "/model_type"
         raise InvalidInput(f"model_type must be a string, got {model_type!r}", field=where)
-    family = family_of(model_type)
-    text, filled = complete_text(section, pointer, family)
+    return model_type
+
+
+def normalize_text(
+    text: Mapping[str, Any],
+    pointer: str,
+    model_type: str | None,
+    family: ModelFamily,
+    filled: Mapping[str, str] | None = None,
+    *,
+    validate: bool = True,
+    found: RopeDicts | None = None,
+) -> NormalizedConfig:
+    """``normalize_config`` from the text section on: ``text`` (at ``pointer``) is completed already
+    (``complete_text``, which filled ``filled``) and ``found`` is its strict ``rope_dicts`` when the caller has it,
+    so the linter, which reads both itself, does not make the normaliser walk the document again."""
+    filled = filled or {}
     if validate:
         for problem in window_problems(text):
             raise InvalidInput(problem.message, field=f"{pointer}/{problem.key}")
-    entries, nested = _layer_entries(text, pointer, family)
+    entries, nested = _layer_entries(text, pointer, family, found)
     layers: dict[str, RopeParams | None] = {}
     sources: dict[str, dict[str, str]] = {}
     for layer_type, (entry, entry_pointer) in entries.items():
@@ -116,7 +139,7 @@ def normalize_config(
         except InvalidInput as error:
             error.field = filled.get(error.field or "", error.field)
             raise
-        sources[layer_type] = {key: filled.get(source, source) for key, source in resolver.sources.items()}
+        sources[layer_type] = _real_sources(resolver.sources, filled)
     return NormalizedConfig(
         model_type=model_type,
         layers=layers,
@@ -125,6 +148,14 @@ def normalize_config(
         pairing=family.pairing,
         text_config=text,
     )
+
+
+def _real_sources(sources: dict[str, str], filled: Mapping[str, str]) -> dict[str, str]:
+    """``sources`` with each pointer that ``complete_text`` filled replaced by its real source (``/n_embd``);
+    ``sources`` itself when nothing was filled (most configs)."""
+    if not filled:
+        return sources
+    return {key: filled.get(source, source) for key, source in sources.items()}
 
 
 def from_explicit(params: Mapping[str, Any]) -> RopeParams:
@@ -322,12 +353,13 @@ def layer_type_labels(text: Mapping[str, Any]) -> frozenset[str]:
 
 
 def _layer_entries(
-    text: Mapping[str, Any], pointer: str, family: ModelFamily
+    text: Mapping[str, Any], pointer: str, family: ModelFamily, found: RopeDicts | None = None
 ) -> tuple[dict[str, tuple[dict[str, Any] | None, str]], bool]:
-    """Per-layer-type entries (``None`` = NoPE layer), and whether they are per layer type; Gemma-3's
-    ``rope_local_base_freq`` adds a default-RoPE ``sliding_attention`` entry next to a flat dict (then they are:
-    transformers 5 standardises such a config into per-layer-type ``rope_parameters``)."""
-    found = rope_dicts(text, pointer)
+    """Per-layer-type entries (``None`` = NoPE layer) of the strict ``rope_dicts`` (``found`` when given), and
+    whether they are per layer type; Gemma-3's ``rope_local_base_freq`` adds a default-RoPE ``sliding_attention``
+    entry next to a flat dict (then they are: transformers 5 standardises such a config into per-layer-type
+    ``rope_parameters``)."""
+    found = rope_dicts(text, pointer) if found is None else found
     if found.nested:
         entries = {e.layer_type: (dict(e.data) if e.data is not None else None, e.pointer) for e in found.entries}
         return entries, True
@@ -425,11 +457,10 @@ class _Resolver:
             long_factor=self.factor_list("long_factor"),
             low_freq_factor=self.number("low_freq_factor"),
             high_freq_factor=self.number("high_freq_factor"),
-            mrope_section=self.mrope_section(),
-            mrope_layout=None,
+            mrope_section=(section := self.mrope_section()),
+            mrope_layout=self.mrope_layout(section),
             extras=self.extras(definition),
         )
-        params = _with_mrope_layout(params, self.entry, self.family)
         if validate and definition is not None:
             self.check_required(params, definition)
             validate_params(params, self.locations())
@@ -500,6 +531,8 @@ class _Resolver:
         return value
 
     def number(self, key: str) -> float | None:
+        if key not in self.entry:  # most numeric keys are absent: answered without the entry_value call
+            return None
         value = self.entry_value(key)
         return None if value is None else _as_float(value, key, self.sources)
 
@@ -528,6 +561,12 @@ class _Resolver:
             )
         return tuple(value)
 
+    def mrope_layout(self, section: tuple[int, ...] | None) -> MropeLayout | None:
+        """The family's M-RoPE layout, else the entry's ``mrope_interleaved`` flag's (None without sections)."""
+        if section is None:
+            return None
+        return self.family.mrope_layout or ("interleaved" if self.entry.get("mrope_interleaved") else "chunked")
+
     def extras(self, definition: RopeType | None) -> tuple[tuple[str, float], ...]:
         """The type's numeric keys that no ``RopeParams`` field holds, as ``(key, value)`` pairs."""
         if definition is None:
@@ -546,19 +585,6 @@ class _Resolver:
                 f"rope_type {params.rope_type!r} requires {missing}",
                 field=f"{self.entry_pointer}/{missing[0]}",
             )
-
-
-def _with_mrope_layout(params: RopeParams, entry: Mapping[str, Any], family: ModelFamily) -> RopeParams:
-    if params.mrope_section is None:
-        return params
-    layout = family.mrope_layout or ("interleaved" if entry.get("mrope_interleaved") else "chunked")
-    return _replace(params, mrope_layout=layout)
-
-
-def _replace(params: RopeParams, **changes: Any) -> RopeParams:
-    values = {name: getattr(params, name) for name in FIELD_NAMES}
-    values.update(changes)
-    return RopeParams(**values)
 
 
 def _is_number(value: Any) -> bool:

@@ -299,16 +299,28 @@ def length_value(view: ModelView, key: str) -> int | None:
 
 def length_keys(view: ModelView, keys: tuple[str, ...]) -> dict[str, int]:
     """The positive length keys of the text section that appear in ``keys`` (class defaults included)."""
-    return {key: value for key in keys if (value := length_value(view, key)) is not None}
+    return {key: value for key in _written(view, keys) if (value := length_value(view, key)) is not None}
 
 
 def first_length_key(view: ModelView, keys: tuple[str, ...]) -> tuple[str, int] | None:
     """The first of ``keys`` that ``length_keys`` would return, with its length (None when there is none)."""
-    return next(((key, value) for key in keys if (value := length_value(view, key)) is not None), None)
+    for key in _written(view, keys):
+        if (value := length_value(view, key)) is not None:
+            return key, value
+    return None
+
+
+def _written(view: ModelView, keys: tuple[str, ...]) -> list[str]:
+    """The keys of ``keys`` that the text section or the class defaults hold: most length keys are absent, and
+    telling them apart here costs no ``length_value`` call each (the nine vLLM keys are scanned per lint run)."""
+    text, defaults = view.text, view.family.class_defaults
+    return [key for key in keys if key in text or key in defaults]
 
 
 def tokenizer_limit(tokenizer_config: Mapping[str, Any] | None) -> int | None:
-    value = finite_positive((tokenizer_config or {}).get("model_max_length"))
+    if tokenizer_config is None:
+        return None
+    value = finite_positive(tokenizer_config.get("model_max_length"))
     return int(value) if value is not None and value < TOKENIZER_SENTINEL else None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -47,19 +48,41 @@ class EngineTarget:
 
     @classmethod
     def parse(cls, text: str, field: str = "engine") -> EngineTarget:
-        """``vllm``, ``vllm==0.9.1``, ``vllm>=0.10,<0.12``, ``llama.cpp==b4500``; aliases such as ``hf``."""
-        match = _TARGET.match(text) if isinstance(text, str) else None
-        if match is None:
-            raise InvalidInput(f"not an engine target: {shortened(str(text))!r} (e.g. 'vllm==0.9.1')", field=field)
-        name = canonical_engine(match["name"], field)
+        """``vllm``, ``vllm==0.9.1``, ``vllm>=0.10,<0.12``, ``llama.cpp==b4500``; aliases such as ``hf``.
+
+        A short target is parsed once per process (``_cached_target``): requests name the same few targets, and
+        a parse (regex, alias, version spec) cost more than the rest of an intent."""
+        parse = _cached_target if isinstance(text, str) and len(text) <= MAX_CACHED_TARGET else _parsed_target
         try:
-            spec = VersionSpec.parse(_as_constraint((match["spec"] or "").removeprefix("@")))
+            return parse(text)
         except InvalidInput as error:
-            raise InvalidInput(f"{shortened(text)!r}: {error.detail}", field=field) from None
-        return cls(name, spec)
+            error.field = field
+            raise
 
     def __str__(self) -> str:
         return f"{self.name}{self.spec}"
+
+
+MAX_CACHED_TARGET = 64
+"""Longest target text ``EngineTarget.parse`` caches (real ones are under 30 characters)."""
+
+
+def _parsed_target(text: str) -> EngineTarget:
+    """``EngineTarget.parse`` without the cache; its InvalidInput's field is the caller's to set."""
+    match = _TARGET.match(text) if isinstance(text, str) else None
+    if match is None:
+        raise InvalidInput(f"not an engine target: {shortened(str(text))!r} (e.g. 'vllm==0.9.1')")
+    name = canonical_engine(match["name"])
+    try:
+        spec = VersionSpec.parse(_as_constraint((match["spec"] or "").removeprefix("@")))
+    except InvalidInput as error:
+        raise InvalidInput(f"{shortened(text)!r}: {error.detail}") from None
+    return EngineTarget(name, spec)
+
+
+_cached_target = functools.lru_cache(maxsize=256)(_parsed_target)
+"""``_parsed_target`` of a short string, bounded; its values are frozen (EngineTarget, VersionSpec, Clause and
+Version are frozen dataclasses holding tuples), so no request can change another's. Errors are not cached."""
 
 
 def _as_constraint(version: str) -> str:

@@ -7,16 +7,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ropeserve.config import (
-    ModelFamily,
-    NormalizedConfig,
-    RopeParams,
-    family_of,
-    normalize_config,
-    validate_params,
+from ropeserve.config import ModelFamily, NormalizedConfig, RopeParams, family_of, validate_params
+from ropeserve.config.jsonsafe import check_json_numbers, is_json_object
+from ropeserve.config.normalize import (
+    RopeDicts,
+    RopeEntry,
+    checked_model_type,
+    complete_text,
+    normalize_text,
+    rope_dicts,
+    text_section,
 )
-from ropeserve.config.jsonsafe import is_json_object
-from ropeserve.config.normalize import RopeEntry, complete_text, rope_dicts, text_section
 from ropeserve.config.rope_types import Problem, lookup
 from ropeserve.config.validate import problems, window_problems
 from ropeserve.errors import InvalidInput
@@ -58,8 +59,9 @@ class ModelView:
         model_type = raw_text.get("model_type") or document.get("model_type")
         family = family_of(model_type if isinstance(model_type, str) else None)
         document, text, filled = _as_config_class(document, raw_text, text_pointer, family)
+        strict = _strict_rope_dicts(text, text_pointer)
         try:
-            normalized, error = normalize_config(document, validate=False, numbers_checked=numbers_checked), None
+            normalized, error = _normalized(document, text, text_pointer, family, strict, numbers_checked), None
         except InvalidInput as failure:
             normalized, error = None, failure
         layers = {} if normalized is None else {k: p for k, p in normalized.layers.items() if p is not None}
@@ -69,7 +71,7 @@ class ModelView:
             text_pointer=text_pointer,
             model_type=model_type if isinstance(model_type, str) else None,
             family=family,
-            entries=rope_dicts(text, text_pointer, strict=False).entries,
+            entries=(strict or rope_dicts(text, text_pointer, strict=False)).entries,
             normalized=normalized,
             error=error if error is None or not error.field else _refiled(error, filled),
             layers=layers,
@@ -186,6 +188,32 @@ def _as_config_class(
     completed_text = pointers.resolve(completed, text_pointer)
     completed_text.update(section)
     return completed, completed_text, filled
+
+
+def _strict_rope_dicts(text: Mapping[str, Any], text_pointer: str) -> RopeDicts | None:
+    """``rope_dicts`` of the text section, None where the strict reading refuses it (a rope container or entry that
+    is no object: the lenient reading, which the view reports, differs only then)."""
+    try:
+        return rope_dicts(text, text_pointer)
+    except InvalidInput:
+        return None
+
+
+def _normalized(
+    document: Mapping[str, Any],
+    text: Mapping[str, Any],
+    text_pointer: str,
+    family: ModelFamily,
+    strict: RopeDicts | None,
+    numbers_checked: bool,
+) -> NormalizedConfig:
+    """``normalize_config(document, validate=False, numbers_checked=numbers_checked)`` from the view's own reading:
+    ``text`` is ``document``'s text section completed already (so nothing is filled again) and ``strict`` its
+    strict ``rope_dicts`` (None: the normaliser reads them again and raises its error)."""
+    if not numbers_checked:
+        check_json_numbers(document)
+    model_type = checked_model_type(document, text, text_pointer)
+    return normalize_text(text, text_pointer, model_type, family, validate=False, found=strict)
 
 
 def _refiled(error: InvalidInput, filled: Mapping[str, str]) -> InvalidInput:
