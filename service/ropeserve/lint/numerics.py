@@ -133,12 +133,24 @@ def float32_frequencies(params: RopeParams, seq_len: int | None) -> tuple[Spectr
     """The float64 spectrum and its float32 emulation (step 1 of the model; each step rounds the whole list)."""
     exact = spectrum(params, seq_len)
     dim, theta = round_float32(float(rotated_width(params))), round_float32(params.rope_theta)
-    pairs = list(zip(exact.base, exact.scaled, strict=False))
-    exponents = float32_all([two_i / dim for two_i in float32_all([2.0 * index for index in range(len(pairs))])])
-    powers = float32_all([theta**e if base else 1.0 for e, (base, _) in zip(exponents, pairs, strict=True)])
-    base32 = float32_all([1.0 / power for power in powers])
-    scaled32 = [b32 * (scaled / base) if base else 0.0 for b32, (base, scaled) in zip(base32, pairs, strict=True)]
+    inverse32 = float32_inverse_frequencies(theta, dim, min(len(exact.base), len(exact.scaled)))
+    scaled32 = [
+        b32 * (scaled / base) if base else 0.0
+        for b32, base, scaled in zip(inverse32, exact.base, exact.scaled, strict=False)
+    ]
     return exact, float32_all(scaled32)
+
+
+@functools.lru_cache(maxsize=64)
+def float32_inverse_frequencies(theta: float, dim: float, count: int) -> tuple[float, ...]:
+    """The unscaled float32 ``inv_freq`` for ``i < count``: ``f32(1 / f32(theta ** f32(f32(2i) / dim)))``
+    (``theta`` and ``dim`` already float32).
+
+    Two thirds of ``float32_frequencies``, and the same for every length and rope type of one theta and width
+    (a request varying only ``max_position_embeddings`` or the scaling finds it here): cached on those three
+    numbers, tuples only. A zero band of the spectrum (scaled to 0.0 by the caller) gets its power too."""
+    exponents = float32_all([two_i / dim for two_i in float32_all([2.0 * index for index in range(count)])])
+    return tuple(float32_all([1.0 / power for power in float32_all([theta**e for e in exponents])]))
 
 
 WAVES: tuple[Callable[[float], float], ...] = (math.cos, math.sin)
@@ -187,8 +199,10 @@ def phase_waves(params: RopeParams, position: int, phase_dtype: str) -> PhaseWav
 
 
 def _waves(angles: list[float], scale: float) -> tuple[float, ...]:
-    """``scale`` times the cos of every angle, then times the sin of every angle (``WAVES``' order)."""
-    return tuple([value * scale for value in chain.from_iterable(map(wave, angles) for wave in WAVES)])
+    """``scale`` times the cos of every angle, then times the sin of every angle (``WAVES``' order); at scale
+    1.0 (most rope types) the product is the value itself, so the pass is skipped."""
+    waves = list(chain.from_iterable(map(wave, angles) for wave in WAVES))
+    return tuple(waves if scale == 1.0 else [value * scale for value in waves])
 
 
 @functools.lru_cache(maxsize=1024)

@@ -12,6 +12,7 @@ from ropeserve.config import from_explicit
 from ropeserve.lint.numerics import (
     ROUNDERS,
     float32_frequencies,
+    float32_inverse_frequencies,
     phase_waves,
     round_bfloat16,
     round_float16,
@@ -98,6 +99,23 @@ def test_cached_table_errors_match_the_uncached_computation() -> None:
             fresh = phase_waves.__wrapped__(params, position, phase).error(table)
             assert table_error(params, position, phase, table) == fresh
             assert (fresh.position, fresh.phase_dtype, fresh.table_dtype) == (position, phase, table)
+
+
+def test_cached_inverse_frequencies_match_the_uncached_computation() -> None:
+    """The float32 ``inv_freq`` cache (shared by every length and rope type of one theta and width) returns what
+    a fresh computation does, and the frequencies built on it do not depend on what was asked before."""
+    rng = random.Random(13)
+    for _ in range(30):
+        theta, dim = round_float32(rng.choice([1e4, 5e5, 1e6, rng.uniform(2, 1e7)])), float(rng.choice([8, 64, 256]))
+        count = int(dim) // 2
+        assert float32_inverse_frequencies(theta, dim, count) == float32_inverse_frequencies.__wrapped__(
+            theta, dim, count
+        )
+    for shape in ({"head_dim": 128}, {"head_dim": 256, "rope_type": "proportional", "partial_rotary_factor": 0.25}):
+        params = from_explicit({"rope_theta": 1e6, **shape})
+        before = float32_frequencies(params, 4096)
+        float32_inverse_frequencies.cache_clear()
+        assert float32_frequencies(params, 4096) == before
 
 
 def test_bfloat16_lanes_match_torch_for_any_bit_pattern() -> None:
