@@ -16,8 +16,8 @@ from ropeserve.lint.findings import DOCS_URI, RULES, SEVERITIES_DESCENDING, Find
 from ropeserve.lint.intent import DeploymentIntent
 
 TOOL_NAME = "ropeserve-lint"
-_LABELS_DESCENDING = tuple(severity.label for severity in SEVERITIES_DESCENDING)
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+_LABELS_DESCENDING = tuple(severity.label for severity in SEVERITIES_DESCENDING)
 
 
 @dataclass(frozen=True)
