@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeGuard
 
 from ropeserve.config import RopeParams
 from ropeserve.config.jsonsafe import INT64_MAX
@@ -451,20 +451,22 @@ def _sglang_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None, 
 
 
 def _tgi_length(view: ModelView, tokenizer_config: Mapping[str, Any] | None, _: WindowCap | None) -> EngineLength:
-    top = {k: value for k in TGI_LENGTH_KEYS if _positive_int(value := view.document.get(k))}
+    written = ((k, view.document.get(k)) for k in TGI_LENGTH_KEYS)
+    top = {k: value for k, value in written if _positive_int(value)}
     key = next(iter(top), None)
     notes = ["cos/sin grow with the longest sequence seen; no startup length check"]
     if key is None:
         notes.append("the launcher reads top-level keys only and found none (not verified)")
         return EngineLength("tgi", None, "no top-level length key", None, "none", None, tuple(notes))
-    derived, source = min(top[key], LENGTH_CEILING), key
+    derived: int = min(top[key], LENGTH_CEILING)
+    source = key
     limit = tokenizer_limit(tokenizer_config)
     if limit is not None and limit < derived:
         derived, source = limit, "tokenizer_config model_max_length"
     return EngineLength("tgi", derived, source, derived, "none", None, tuple(notes))
 
 
-def _positive_int(value: object) -> bool:
+def _positive_int(value: object) -> TypeGuard[int]:
     """A length TGI's launcher can read (an unsigned JSON integer; not a bool, not zero or negative)."""
     return type(value) is int and value > 0
 

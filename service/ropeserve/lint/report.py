@@ -17,6 +17,7 @@ from ropeserve.lint.intent import DeploymentIntent
 
 TOOL_NAME = "ropeserve-lint"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+_LABELS_DESCENDING = tuple(severity.label for severity in SEVERITIES_DESCENDING)
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,15 @@ class LintReport:
         return Counter((f.rule.id, f.severity.label) for f in self.findings)
 
     def summary(self) -> dict[str, Any]:
-        by_severity = dict.fromkeys(SEVERITIES_DESCENDING, 0)
+        """Counts per severity label (error, warning, info) and per rule id (sorted). Counted by label: a
+        ``Severity`` key would hash through ``Enum.__hash__``, a Python call per lookup."""
+        counts: dict[str, Any] = dict.fromkeys(_LABELS_DESCENDING, 0)
         by_rule: dict[str, int] = {}
         for finding in self.findings:
-            by_severity[finding.severity] += 1
+            counts[finding.severity.label] += 1
             by_rule[finding.rule.id] = by_rule.get(finding.rule.id, 0) + 1
-        return {**{s.label: count for s, count in by_severity.items()}, "by_rule": dict(sorted(by_rule.items()))}
+        counts["by_rule"] = dict(sorted(by_rule.items()))
+        return counts
 
     def as_dict(self) -> dict[str, Any]:
         return {

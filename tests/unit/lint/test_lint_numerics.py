@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import struct
 
 import pytest
 
@@ -11,12 +12,12 @@ from ropeserve.config import from_explicit
 from ropeserve.lint.numerics import (
     ROUNDERS,
     float32_frequencies,
+    float32_inverse_frequencies,
     phase_waves,
     round_bfloat16,
     round_float16,
     round_float32,
     table_error,
-    table_errors,
 )
 
 torch = pytest.importorskip("torch")
@@ -79,19 +80,58 @@ def test_bf16_table_error_is_bounded_by_half_an_ulp_near_one() -> None:
     assert error.worst <= 2**-9 + 1e-6
 
 
-def test_table_errors_share_one_phase_computation_per_position() -> None:
-    """Every table dtype's error at one position comes from one ``phase_waves``, equal to its own ``error``."""
-    params = from_explicit({"rope_theta": 1e6, "head_dim": 128})
-    errors = table_errors(params, 32767, "float32")
-    assert set(errors) == set(ROUNDERS)
-    waves = phase_waves(params, 32767, "float32")
-    for dtype, error in errors.items():
-        assert error == waves.error(dtype) == table_error(params, 32767, "float32", dtype)
-        assert (error.position, error.phase_dtype, error.table_dtype) == (32767, "float32", dtype)
+def test_cached_table_errors_match_the_uncached_computation() -> None:
+    """``table_error`` (cached, sharing one cached ``phase_waves`` per position) equals a fresh computation over
+    varied rope types, thetas, positions and dtypes, whatever was asked before."""
+    rng = random.Random(11)
+    shapes = [
+        {},
+        {"rope_type": "linear", "factor": 4.0},
+        {"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 4096},
+    ]
+    for _ in range(40):
+        shape = rng.choice(shapes)
+        params = from_explicit(
+            {"rope_theta": rng.choice([1e4, 5e5, 1e6]), "head_dim": rng.choice([8, 64, 128]), **shape}
+        )
+        position, phase = rng.choice([0, 255, 8191, 32767, 100_000]), rng.choice(list(ROUNDERS))
+        for table in rng.sample(list(ROUNDERS), 2):
+            fresh = phase_waves.__wrapped__(params, position, phase).error(table)
+            assert table_error(params, position, phase, table) == fresh
+            assert (fresh.position, fresh.phase_dtype, fresh.table_dtype) == (position, phase, table)
+
+
+def test_cached_inverse_frequencies_match_the_uncached_computation() -> None:
+    """The float32 ``inv_freq`` cache (shared by every length and rope type of one theta and width) returns what
+    a fresh computation does, and the frequencies built on it do not depend on what was asked before."""
+    rng = random.Random(13)
+    for _ in range(30):
+        theta, dim = round_float32(rng.choice([1e4, 5e5, 1e6, rng.uniform(2, 1e7)])), float(rng.choice([8, 64, 256]))
+        count = int(dim) // 2
+        assert float32_inverse_frequencies(theta, dim, count) == float32_inverse_frequencies.__wrapped__(
+            theta, dim, count
+        )
+    for shape in ({"head_dim": 128}, {"head_dim": 256, "rope_type": "proportional", "partial_rotary_factor": 0.25}):
+        params = from_explicit({"rope_theta": 1e6, **shape})
+        before = float32_frequencies(params, 4096)
+        float32_inverse_frequencies.cache_clear()
+        assert float32_frequencies(params, 4096) == before
+
+
+def test_bfloat16_lanes_match_torch_for_any_bit_pattern() -> None:
+    """The big-integer bfloat16 rounding of a whole list (finite lanes carry, non-finite ones kept) agrees with
+    torch on random float32 bit patterns, NaN and infinities among them."""
+    rng = random.Random(5)
+    patterns = [rng.getrandbits(32) for _ in range(2000)] + [0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F8000, 0x00008000, 0x80000000]
+    values = list(struct.unpack(f"<{len(patterns)}f", struct.pack(f"<{len(patterns)}I", *patterns)))
+    expected = torch.tensor(values, dtype=torch.float32).to(torch.bfloat16).to(torch.float64).tolist()
+    ours = ROUNDERS["bfloat16"](values)
+    assert [math.isnan(v) for v in ours] == [math.isnan(v) for v in expected]
+    assert [v for v in ours if not math.isnan(v)] == [v for v in expected if not math.isnan(v)]
 
 
 def test_overflowing_phases_give_infinite_errors_for_every_table_dtype() -> None:
     params = from_explicit({"rope_theta": 5e5, "head_dim": 128})
     waves = phase_waves(params, 100_000, "float16")
     assert waves.emulated is None and waves.exact == ()
-    assert all(error.cos == error.sin == math.inf for error in table_errors(params, 100_000, "float16").values())
+    assert all(table_error(params, 100_000, "float16", dtype).cos == math.inf for dtype in ROUNDERS)

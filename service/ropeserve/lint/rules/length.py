@@ -166,9 +166,11 @@ def length_exceeds_rope_cache(ctx: LintContext) -> Iterator[Hit]:
 )
 def yarn_length_mismatch(ctx: LintContext) -> Iterator[Hit]:
     for params in ctx.model.layers.values():
-        original, limit = finite_positive(params.original_max_position_embeddings), params.max_position_embeddings
+        if not is_yarn(params.rope_type):
+            continue
+        original, limit = params.original_max_position_embeddings, params.max_position_embeddings
         factor = finite_positive(params.factor)
-        if not is_yarn(params.rope_type) or factor is None or original is None or not limit:
+        if factor is None or original is None or finite_positive(original) is None or not limit:  # -1e308: none
             continue
         extended = scaled_length(original, factor)
         if limit == extended:
@@ -274,6 +276,8 @@ def tokenizer_limit_lower(ctx: LintContext) -> Iterator[Hit]:
     catalogue="LEN-006",
 )
 def several_length_keys(ctx: LintContext) -> Iterator[Hit]:
+    if len(_IS_LENGTH_KEY.intersection(ctx.model.text)) < 2:
+        return  # one length key at most (most configs): found in C, without a pass over the whole section
     present = {k: v for k, v in ctx.model.text.items() if k in _IS_LENGTH_KEY and isinstance(v, int)}
     if len(set(present.values())) < 2:
         return
