@@ -5,8 +5,8 @@
 For each config (default: the bench_small body and four corpus configs of other rope kinds) the best of
 ``--repeats`` runs of ``--number`` calls of ``validate_config_request({"config": ...})``, in microseconds of
 process time: ``warm`` as a service sees a model it linted before (the cos/sin error table of
-``lint.numerics.table_errors`` is cached), ``cold`` with that cache cleared before every call (a model seen for the
-first time). The reference, measured in the same run, is what a JSON echo of the body does with it: serialise it
+``lint.numerics`` is cached), ``cold`` with those caches emptied before every call (``forget_results``: a model seen
+for the first time). The reference, measured in the same run, is what a JSON echo of the body does with it: serialise it
 and parse it back (``json.dumps`` + ``json.loads``); the ratios compare the lint to it.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ropeserve.lint import validate_config_request
-from ropeserve.lint.numerics import table_errors
+from ropeserve.lint.numerics import forget_results
 
 CONFIGS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "configs"
 DEFAULT = (
@@ -41,7 +41,7 @@ def cpu_us(call: Callable[[], Any], repeats: int, number: int) -> float:
 
 def cold(body: dict[str, Any]) -> Callable[[], Any]:
     def run() -> Any:
-        table_errors.cache_clear()
+        forget_results()
         return validate_config_request(body)
 
     return run

@@ -216,6 +216,13 @@ def table_error(params: RopeParams, position: int, phase_dtype: str, table_dtype
     return phase_waves(params, position, phase_dtype).error(table_dtype)
 
 
+def forget_results() -> None:
+    """Empty every cross-request cache of this module (``benchmarks/bench_lint_request.py`` times a model linted
+    for the first time after this)."""
+    for cached in (table_error, phase_waves, float32_inverse_frequencies):
+        cached.cache_clear()
+
+
 def _max_error(table: list[float], exact: tuple[float, ...]) -> float:
     """``max |table - exact|`` over the frequencies (0.0 for none; starting from 0.0, a NaN difference never wins)."""
     largest: float = max(chain((0.0,), map(abs, map(sub, table, exact))))

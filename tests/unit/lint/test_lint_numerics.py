@@ -13,6 +13,7 @@ from ropeserve.lint.numerics import (
     ROUNDERS,
     float32_frequencies,
     float32_inverse_frequencies,
+    forget_results,
     phase_waves,
     round_bfloat16,
     round_float16,
@@ -135,3 +136,11 @@ def test_overflowing_phases_give_infinite_errors_for_every_table_dtype() -> None
     waves = phase_waves(params, 100_000, "float16")
     assert waves.emulated is None and waves.exact == ()
     assert all(table_error(params, 100_000, "float16", dtype).cos == math.inf for dtype in ROUNDERS)
+
+
+def test_forget_results_empties_every_cross_request_cache() -> None:
+    params = from_explicit({"rope_theta": 10000.0, "head_dim": 64})
+    table_error(params, 4095, "float32", "bfloat16")
+    forget_results()
+    caches = (table_error, phase_waves, float32_inverse_frequencies)
+    assert [cached.cache_info().currsize for cached in caches] == [0, 0, 0]
