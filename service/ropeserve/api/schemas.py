@@ -7,8 +7,9 @@ from typing import Annotated, Any, Literal
 import torch
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from ropeserve.config import RopeParams, from_explicit, normalize_config, preset_config
+from ropeserve.config import RopeParams
 from ropeserve.config.families import Pairing
+from ropeserve.config.sources import source_params
 from ropeserve.errors import InvalidInput, check_limit
 from ropeserve.positions import INT64_MAX, INT64_MIN
 from ropeserve.rope.tables import MAX_POSITION
@@ -68,15 +69,15 @@ class RopeSource(StrictModel):
         return self
 
     def resolve(self) -> tuple[RopeParams, Pairing]:
-        """``(params, default pairing)`` for this source."""
+        """``(params, default pairing)`` for this source (``config.sources``: remembered across requests)."""
         if self.rope is not None:
-            return from_explicit(self.rope), "neox"
-        config = self.config if self.config is not None else preset_config(self.preset or "")
+            return source_params("rope", self.rope, None)
+        if self.preset is not None:
+            return source_params("preset", self.preset, self.layer_type)
         try:
-            normalized = normalize_config(config)
-            return normalized.params(self.layer_type), normalized.pairing
+            return source_params("config", self.config or {}, self.layer_type)
         except InvalidInput as error:  # the normaliser points into the config: point into the request instead
-            if self.config is not None and error.field and error.field.startswith("/"):
+            if error.field and error.field.startswith("/"):
                 error.field = "/config" + error.field
             raise
 
