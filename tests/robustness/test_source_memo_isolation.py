@@ -44,12 +44,12 @@ def source(k: int) -> dict[str, Any]:
 
 
 def invalid(k: int) -> tuple[dict[str, Any], str]:
-    """An invalid source and the field its 422 names (a config's field inside ``/config``)."""
-    if k % 2:
+    """An invalid source (explicit parameters or a config, by ``k``) and the field its 422 names."""
+    if k // 4 % 2:
         return {"rope": {"rope_type": "linear", "rope_theta": 10_000.0, "head_dim": 64, f"factor_{k}": 1.0}}, (
             f"rope.factor_{k}"
         )
-    return {"config": {**CONFIG, "rope_theta": -float(k)}}, "/config/rope_theta"
+    return {"config": {**CONFIG, "rope_theta": -float(k)}}, "config.rope_theta"
 
 
 def expected(body: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -63,14 +63,14 @@ def expected(body: dict[str, Any]) -> dict[str, torch.Tensor]:
 
 def requests(seed: int) -> list[tuple[dict[str, Any], str | None]]:
     """A client's requests and the field each one's 422 names (None: a 200): every other source shared by all
-    clients, the rest its own; every fourth one invalid."""
+    clients, the rest its own; every third request invalid (shared and own in turn)."""
     rng = random.Random(seed)
-    chosen = [rng.randrange(6) if k % 2 else 100 + seed * REQUESTS_PER_CLIENT + k for k in range(REQUESTS_PER_CLIENT)]
-    return [
-        ({**bad, "positions": POSITIONS}, field) if k % 4 == 3 else ({**source(k), "positions": POSITIONS}, None)
-        for k in chosen
-        for bad, field in [invalid(k)]
-    ]
+    chosen = []
+    for k in range(REQUESTS_PER_CLIENT):
+        index = rng.randrange(8) if k % 2 else 100 * (seed + 1) + k
+        body, field = invalid(index) if k % 3 == 2 else (source(index), None)
+        chosen.append(({**body, "positions": POSITIONS}, field))
+    return chosen
 
 
 @pytest.fixture(scope="module")
