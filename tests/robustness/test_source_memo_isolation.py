@@ -22,7 +22,7 @@ import pytest
 import torch
 from served import Served, serving
 
-from ropeserve.config import from_explicit, normalize_config, preset_config, sources
+from ropeserve.config import sources
 from ropeserve.rope import rope_cos_sin
 from support import run_concurrently, slow_json_exchange
 
@@ -53,10 +53,9 @@ def invalid(k: int) -> tuple[dict[str, Any], str]:
 
 
 def expected(body: dict[str, Any]) -> dict[str, torch.Tensor]:
-    if "rope" in body:
-        params = from_explicit(body["rope"])
-    else:
-        params = normalize_config(body["config"] if "config" in body else preset_config(body["preset"])).params()
+    """The tables of ``body``'s source resolved afresh (no memory) at ``POSITIONS``, with no table cache."""
+    kind = next(kind for kind in ("rope", "config", "preset") if kind in body)
+    params, _ = sources._resolve(kind, body[kind], None)  # type: ignore[arg-type]
     result = rope_cos_sin(params, torch.tensor(POSITIONS), cache=None)
     return {"cos": result.cos, "sin": result.sin, "inv_freq": result.inv_freq}
 

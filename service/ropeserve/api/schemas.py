@@ -72,10 +72,10 @@ class RopeSource(StrictModel):
         """``(params, default pairing)`` for this source (``config.sources``: remembered across requests)."""
         if self.rope is not None:
             return source_params("rope", self.rope, None)
-        if self.preset is not None:
-            return source_params("preset", self.preset, self.layer_type)
+        if self.config is None:
+            return source_params("preset", self.preset or "", self.layer_type)
         try:
-            return source_params("config", self.config or {}, self.layer_type)
+            return source_params("config", self.config, self.layer_type)
         except InvalidInput as error:  # the normaliser points into the config: point into the request instead
             if error.field and error.field.startswith("/"):
                 error.field = "/config" + error.field

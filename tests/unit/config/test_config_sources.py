@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ropeserve.config import from_explicit, normalize_config, preset_catalog, preset_config, sources
+from ropeserve.config import preset_catalog, sources
 from ropeserve.config.sources import MAX_REMEMBERED_TEXT, REMEMBERED_SOURCES, forget_sources, source_params
 from ropeserve.errors import InvalidInput
 
@@ -33,10 +33,7 @@ def forgotten() -> Iterator[None]:
 def fresh(kind: str, value: Any, layer_type: str | None = None) -> object:  # noqa: ANN401 - a JSON value
     """What resolving ``value`` gives without any memory: the result, or the error's (type, message, field)."""
     try:
-        if kind == "rope":
-            return from_explicit(value), "neox"
-        normalized = normalize_config(preset_config(value) if kind == "preset" else value)
-        return normalized.params(layer_type), normalized.pairing
+        return sources._resolve(kind, value, layer_type)  # type: ignore[arg-type]
     except InvalidInput as error:
         return type(error), str(error), error.field
 
@@ -120,4 +117,13 @@ def test_memory_is_bounded_in_entries() -> None:
 def test_values_that_are_no_json_are_resolved_without_memory() -> None:
     not_json = {**BASE, "factor": object()}
     assert remembered("rope", not_json) == fresh("rope", not_json)
+    assert entries() == 0
+
+
+def test_values_too_deep_to_write_are_resolved_without_memory() -> None:
+    deep: list[Any] = []
+    for _ in range(100_000):  # json.dumps raises RecursionError long before this depth
+        deep = [deep]
+    too_deep = {**BASE, "extra": deep}
+    assert remembered("rope", too_deep) == fresh("rope", too_deep)
     assert entries() == 0
